@@ -1,0 +1,40 @@
+"""dmlpatch: run CUDA-only PyTorch programs and libraries on DirectML, unmodified.
+
+``import dmlpatch`` is cheap: it imports neither torch, torch-directml nor any target library.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from dmlpatch._version import __version__
+
+__all__ = ["__version__", "activate", "describe", "device", "unpatch"]
+
+
+def device() -> Any:
+    """The ``torch.device`` this process targets (resolving it on first call)."""
+    from dmlpatch import resolution
+
+    return resolution.current().torch_device()
+
+
+def describe() -> dict[str, Any]:
+    """Backend, device, adapter name(s) and why they were chosen."""
+    from dmlpatch import resolution
+
+    return resolution.current().as_dict()
+
+
+def activate(device: Optional[str] = None) -> None:
+    """Install the patches for this process (what ``import dmlpatch.auto`` does)."""
+    from dmlpatch import engine
+
+    engine.activate(device)
+
+
+def unpatch() -> None:
+    """Remove every function-level fix and the import hook."""
+    from dmlpatch import engine
+
+    engine.deactivate()

@@ -1,0 +1,39 @@
+"""dmlpatch's voice on stderr: one prefixed line per message, each warning said once."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+_said: set[str] = set()
+_lock = threading.Lock()
+
+
+def verbose() -> bool:
+    """``-v`` on the command line or ``DMLPATCH_DEBUG=1`` / ``DMLPATCH_VERBOSE=1``."""
+    return os.environ.get("DMLPATCH_VERBOSE") == "1" or debug_enabled()
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("DMLPATCH_DEBUG") == "1"
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"dmlpatch: {message}\n")
+    sys.stderr.flush()
+
+
+def info(message: str) -> None:
+    """Said only when verbose."""
+    if verbose():
+        say(message)
+
+
+def warn_once(key: str, message: str) -> None:
+    """A warning said at most once per process for ``key``."""
+    with _lock:
+        if key in _said:
+            return
+        _said.add(key)
+    say(f"warning: {message}")

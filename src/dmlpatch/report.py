@@ -1,0 +1,79 @@
+"""What dmlpatch did in this process: patches applied, device chosen, and device counters."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any, Optional
+
+_lock = threading.Lock()
+_rewrites: list[dict[str, Any]] = []
+_wraps: list[dict[str, Any]] = []
+_skipped: list[dict[str, Any]] = []
+
+
+def record_rewrite(spec: str, module: str, sites: int, cached: bool) -> None:
+    """A module was compiled with its CUDA sites rewritten (``cached``: from the bytecode cache)."""
+    with _lock:
+        _rewrites.append({"spec": spec, "module": module, "sites": sites, "cached": cached})
+
+
+def record_wrap(spec: str, target: str) -> None:
+    """A function-level fix was applied to ``target`` (``module:qualname``)."""
+    with _lock:
+        _wraps.append({"spec": spec, "target": target})
+
+
+def record_unwrap(spec: str, target: str) -> None:
+    with _lock:
+        _wraps[:] = [w for w in _wraps if not (w["spec"] == spec and w["target"] == target)]
+
+
+def record_skip(spec: str, module: Optional[str], reason: str) -> None:
+    """A spec or one of its modules was left untouched (stale, wrong version, imported early)."""
+    with _lock:
+        _skipped.append({"spec": spec, "module": module, "reason": reason})
+
+
+def snapshot() -> dict[str, Any]:
+    """The report as plain JSON-able data; never imports torch itself."""
+    from dmlpatch import resolution as _resolution
+
+    resolution = _resolution.resolved_or_none()
+    patches: dict[str, dict[str, Any]] = {}
+    with _lock:
+        for entry in _rewrites:
+            spec = patches.setdefault(entry["spec"], {"modules": [], "functions": [], "skipped": []})
+            spec["modules"].append(
+                {"module": entry["module"], "sites": entry["sites"], "cached": entry["cached"]}
+            )
+        for entry in _wraps:
+            spec = patches.setdefault(entry["spec"], {"modules": [], "functions": [], "skipped": []})
+            spec["functions"].append(entry["target"])
+        for entry in _skipped:
+            spec = patches.setdefault(entry["spec"], {"modules": [], "functions": [], "skipped": []})
+            spec["skipped"].append({"module": entry["module"], "reason": entry["reason"]})
+    data: dict[str, Any] = {
+        "device": resolution.device if resolution else None,
+        "backend": resolution.backend if resolution else None,
+        "adapter": resolution.adapter if resolution else None,
+        "why": resolution.why if resolution else None,
+        "patches": patches,
+    }
+    sim = sys.modules.get("dmlpatch.sim")
+    if sim is not None and sim.is_loaded():
+        counters = sim.counters()
+        data["ops"] = counters.get("ops")
+        data["transfers"] = counters.get("transfers")
+    return data
+
+
+def write(destination: str) -> None:
+    """Write the report as JSON to a file, or to stderr when ``destination`` is ``-``."""
+    text = json.dumps(snapshot(), indent=2, sort_keys=True)
+    if destination == "-":
+        sys.stderr.write(text + "\n")
+        return
+    with open(destination, "w", encoding="utf-8") as handle:
+        handle.write(text + "\n")

@@ -1,0 +1,151 @@
+"""What rewritten code calls instead of CUDA.
+
+The rewriter (``dmlpatch.rewrite``) turns CUDA device sites inside target modules into calls
+of the functions below, through one module-level alias, so rewritten code stays readable::
+
+    torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    # becomes
+    torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
+
+Every answer comes from the process's device resolution (``dmlpatch.resolution.current``). Nothing
+here is imported by ``import dmlpatch``; torch is touched only when rewritten code runs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional, Union
+
+from dmlpatch import resolution as _resolution
+
+#: The name under which rewritten modules see this module.
+ALIAS = "__dmlpatch__"
+
+_CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
+
+#: ``torch.cuda.<name>(...)`` calls the rewriter routes here; anything else is left alone.
+CUDA_FUNCTIONS = frozenset(
+    {
+        "is_available",
+        "device_count",
+        "current_device",
+        "set_device",
+        "get_device_name",
+        "synchronize",
+        "empty_cache",
+        "manual_seed",
+        "manual_seed_all",
+    }
+)
+
+
+def is_available() -> bool:
+    """``torch.cuda.is_available()`` in a target: is the target an accelerator?"""
+    return _resolution.current().is_accelerator
+
+
+def device_count() -> int:
+    """``torch.cuda.device_count()`` in a target: adapters the program may use."""
+    resolution = _resolution.current()
+    return len(resolution.indices) if resolution.is_accelerator else 0
+
+
+def current_device() -> int:
+    """``torch.cuda.current_device()`` in a target: the ordinal the program sees (always 0)."""
+    return 0
+
+
+def set_device(device: Any) -> None:
+    """``torch.cuda.set_device(i)`` in a target: checked like CUDA would, otherwise a no-op."""
+    _target_index(_ordinal(device))
+
+
+def get_device_name(device: Any = None) -> str:
+    """``torch.cuda.get_device_name(i)`` in a target: the adapter's name."""
+    resolution = _resolution.current()
+    index = _target_index(_ordinal(device))
+    return resolution.adapter_name(index)
+
+
+def synchronize(device: Any = None) -> None:
+    """``torch.cuda.synchronize()`` in a target: wait for the target's queue."""
+    resolution = _resolution.current()
+    if resolution.backend == "directml":
+        import torch
+
+        # torch-directml has no synchronize(); a device-to-host read drains its queue.
+        torch.zeros(1, device=resolution.device).cpu()
+
+
+def empty_cache() -> None:
+    """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA."""
+
+
+def manual_seed(seed: int) -> None:
+    """``torch.cuda.manual_seed`` in a target: CUDA defers it without a GPU, so do nothing."""
+
+
+manual_seed_all = manual_seed
+
+
+def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
+    """A CUDA device literal in a target (``'cuda'``, ``'cuda:1'``, ``f'cuda:{i}'``) → the target.
+
+    Values that do not name a CUDA device are returned unchanged, so a rewritten f-string that
+    turns out to say ``'cpu'`` at run time still means the CPU.
+    """
+    ordinal = _cuda_ordinal(spec)
+    if ordinal is _NOT_CUDA:
+        return spec
+    resolution = _resolution.current()
+    if not resolution.is_accelerator:
+        return "cpu"
+    return f"{resolution.type}:{_target_index(ordinal)}"
+
+
+def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    """``obj.cuda(...)`` in a target → ``obj.to(target)``; other objects keep their own ``cuda``."""
+    mover = getattr(obj, "to", None)
+    if mover is None:
+        return obj.cuda(device, non_blocking=non_blocking, **kwargs)
+    target = globals()["device"](device if device is not None else "cuda")
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return mover(target)
+    return mover(target, non_blocking=non_blocking, **kwargs)
+
+
+_NOT_CUDA = object()
+
+
+def _cuda_ordinal(spec: Any) -> Any:
+    if spec is None:
+        return None
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return spec
+    if isinstance(spec, str):
+        match = _CUDA_SPEC.match(spec)
+        if match is None:
+            return _NOT_CUDA
+        return int(match.group(1)) if match.group(1) is not None else None
+    if getattr(spec, "type", None) == "cuda":
+        return spec.index
+    return _NOT_CUDA
+
+
+def _ordinal(device: Any) -> Optional[int]:
+    ordinal = _cuda_ordinal(device)
+    return None if ordinal is _NOT_CUDA else ordinal
+
+
+def _target_index(ordinal: Optional[int]) -> int:
+    """The target adapter behind the program's CUDA ordinal; CUDA's error for a bad one."""
+    indices = _resolution.current().indices
+    position = 0 if ordinal is None else ordinal
+    if not 0 <= position < len(indices):
+        raise RuntimeError(
+            f"CUDA error: invalid device ordinal {position} "
+            f"(dmlpatch maps {len(indices)} device(s): {_resolution.current().describe_indices()})"
+        )
+    return indices[position]
