@@ -69,12 +69,16 @@ def _probe() -> DirectML:
         return DirectML(False, f"torch-directml failed to import: {_describe(error)}")
     try:
         if not torch_directml.is_available():
-            return DirectML(False, "torch-directml reports no DirectML adapter", module=torch_directml)
+            return DirectML(
+                False, "torch-directml reports no DirectML adapter", module=torch_directml
+            )
         count = int(torch_directml.device_count())
         names = tuple(str(torch_directml.device_name(i)) for i in range(count))
     except Exception as error:  # documented never to throw, yet raises "Unknown error -NNN"
         return DirectML(
-            False, f"torch-directml could not query adapters: {_describe(error)}", module=torch_directml
+            False,
+            f"torch-directml could not query adapters: {_describe(error)}",
+            module=torch_directml,
         )
     if not names:
         return DirectML(False, "torch-directml reports no DirectML adapter", module=torch_directml)
@@ -88,7 +92,12 @@ def _pin_mismatch() -> str:
     torch_version = version_of("torch") or "unknown"
     pinned = requirement_of("torch-directml", "torch") or "its pinned version"
     fix = " ".join(
-        r for r in (requirement_of("torch-directml", "torch"), requirement_of("torch-directml", "torchvision")) if r
+        r
+        for r in (
+            requirement_of("torch-directml", "torch"),
+            requirement_of("torch-directml", "torchvision"),
+        )
+        if r
     )
     suffix = f"; fix: pip install {fix}" if fix else ""
     return (

@@ -44,15 +44,21 @@ def snapshot() -> dict[str, Any]:
     patches: dict[str, dict[str, Any]] = {}
     with _lock:
         for entry in _rewrites:
-            spec = patches.setdefault(entry["spec"], {"modules": [], "functions": [], "skipped": []})
+            spec = patches.setdefault(
+                entry["spec"], {"modules": [], "functions": [], "skipped": []}
+            )
             spec["modules"].append(
                 {"module": entry["module"], "sites": entry["sites"], "cached": entry["cached"]}
             )
         for entry in _wraps:
-            spec = patches.setdefault(entry["spec"], {"modules": [], "functions": [], "skipped": []})
+            spec = patches.setdefault(
+                entry["spec"], {"modules": [], "functions": [], "skipped": []}
+            )
             spec["functions"].append(entry["target"])
         for entry in _skipped:
-            spec = patches.setdefault(entry["spec"], {"modules": [], "functions": [], "skipped": []})
+            spec = patches.setdefault(
+                entry["spec"], {"modules": [], "functions": [], "skipped": []}
+            )
             spec["skipped"].append({"module": entry["module"], "reason": entry["reason"]})
     data: dict[str, Any] = {
         "device": resolution.device if resolution else None,

@@ -110,9 +110,7 @@ class Resolution:
             "backend": self.backend,
             "device": self.device,
             "adapter": self.adapter,
-            "adapters": [
-                {"index": i, "name": n} for i, n in zip(self.indices, self.names)
-            ],
+            "adapters": [{"index": i, "name": n} for i, n in zip(self.indices, self.names)],
             "why": self.why,
         }
 
@@ -175,11 +173,15 @@ def _resolve_auto(spec: Spec) -> Resolution:
     import torch
 
     if _mps_available(torch):
-        return Resolution(spec.text, "mps", "mps", (0,), ("Apple MPS",), "auto: " + "; ".join(reasons))
+        return Resolution(
+            spec.text, "mps", "mps", (0,), ("Apple MPS",), "auto: " + "; ".join(reasons)
+        )
     if _xpu_available(torch):
         name = str(torch.xpu.get_device_name(0))
         return Resolution(spec.text, "xpu", "xpu", (0,), (name,), "auto: " + "; ".join(reasons))
-    return Resolution(spec.text, "cpu", "cpu", (), (), "auto: " + "; ".join(reasons) + "; using the CPU")
+    return Resolution(
+        spec.text, "cpu", "cpu", (), (), "auto: " + "; ".join(reasons) + "; using the CPU"
+    )
 
 
 def _resolve_dml(spec: Spec) -> Resolution:
@@ -258,7 +260,12 @@ def _resolve_xpu(spec: Spec) -> Resolution:
         raise DeviceUnavailable("XPU unavailable: this torch build or machine has no Intel XPU")
     index = spec.indices[0] if spec.indices else 0
     return Resolution(
-        spec.text, "xpu", "xpu", (index,), (str(torch.xpu.get_device_name(index)),), f"requested {spec.text}"
+        spec.text,
+        "xpu",
+        "xpu",
+        (index,),
+        (str(torch.xpu.get_device_name(index)),),
+        f"requested {spec.text}",
     )
 
 

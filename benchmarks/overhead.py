@@ -1,0 +1,213 @@
+"""What dmlpatch costs where it should cost nothing, measured side by side in one run.
+
+    .venv/bin/python benchmarks/overhead.py [--rounds N]
+
+1. import time of torch (a large non-target package) with and without the hook (target <= 1.02x)
+2. runner start-up over plain python for an empty script (target <= +20 ms)
+3. cold vs warm import of a rewritten target module (the bytecode cache)
+4. per-call cost, from user code, of torch.device / torch.zeros / .to / .is_cuda: plain torch vs
+   dmlpatch active (target 1.00x) vs a global-patching peer (cuda-morph, installed into a
+   temporary directory for this run only)
+Each figure is a median over alternating rounds, so both sides see the same machine noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+PYTHON = sys.executable
+
+IMPORT_TORCH = (
+    "import time, sys\n"
+    "{setup}\n"
+    "t = time.perf_counter(); import torch; sys.stdout.write(str(time.perf_counter() - t))\n"
+)
+
+PER_CALL = textwrap.dedent(
+    """
+    import json, sys, timeit
+    {setup}
+    import torch
+    x = torch.ones(4)
+    cpu = torch.device("cpu")
+    cases = {{
+        "torch.device('cpu')": lambda: torch.device("cpu"),
+        "torch.zeros(4, device=cpu)": lambda: torch.zeros(4, device=cpu),
+        "x.to('cpu')": lambda: x.to("cpu"),
+        "x.is_cuda": lambda: x.is_cuda,
+    }}
+    result = {{}}
+    for name, call in cases.items():
+        number = 20000
+        best = min(timeit.repeat(call, number=number, repeat=5))
+        result[name] = best / number * 1e9
+    sys.stdout.write(json.dumps(result))
+    """
+)
+
+DMLPATCH_ACTIVE = "import dmlpatch.engine; dmlpatch.engine.activate('cpu')"
+PEER_ACTIVE = "import ascend_compat; ascend_compat.activate()"
+
+
+def run(code: str, env: dict[str, str] | None = None) -> str:
+    completed = subprocess.run(
+        [PYTHON, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(completed.stderr.strip().splitlines()[-1])
+    return completed.stdout
+
+
+def wall(args: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run([PYTHON, *args], capture_output=True, env=env, check=True)
+    return time.perf_counter() - start
+
+
+def median_pair(first, second, rounds: int) -> tuple[float, float]:
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(first())
+        b.append(second())
+    return statistics.median(a), statistics.median(b)
+
+
+def import_overhead(rounds: int) -> None:
+    plain, hooked = median_pair(
+        lambda: float(run(IMPORT_TORCH.format(setup=""))),
+        lambda: float(run(IMPORT_TORCH.format(setup=DMLPATCH_ACTIVE))),
+        rounds,
+    )
+    print(
+        f"import torch           plain {plain * 1e3:7.1f} ms   hook installed "
+        f"{hooked * 1e3:7.1f} ms   ratio {hooked / plain:.3f}x (target <= 1.02x)"
+    )
+
+
+def runner_startup(rounds: int, workdir: Path) -> None:
+    empty = workdir / "empty.py"
+    empty.write_text("")
+    plain, runner = median_pair(
+        lambda: wall([str(empty)]),
+        lambda: wall(["-m", "dmlpatch", "--device", "cpu", str(empty)]),
+        rounds,
+    )
+    print(
+        f"empty script           python {plain * 1e3:6.1f} ms   python -m dmlpatch "
+        f"{runner * 1e3:6.1f} ms   +{(runner - plain) * 1e3:.1f} ms (target <= +20 ms)"
+    )
+
+
+def target_import(rounds: int, workdir: Path) -> None:
+    site = workdir / "site"
+    package = site / "benchtarget"
+    package.mkdir(parents=True)
+    (site / "benchtarget-1.0.dist-info").mkdir()
+    (site / "benchtarget-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: benchtarget\nVersion: 1.0\n"
+    )
+    (package / "__init__.py").write_text("")
+    body = "\n".join(
+        textwrap.dedent(
+            f"""
+            def helper_{i}(x, device="cuda"):
+                dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                values = [x * {i} + k for k in range(10)]
+                return sum(values), dev
+            """
+        )
+        for i in range(400)
+    )
+    (package / "big.py").write_text("import torch\n" + body)
+    specs = workdir / "specs"
+    specs.mkdir()
+    (specs / "benchtarget.toml").write_text(
+        '[package]\nname = "benchtarget"\n[[rewrite]]\nmodules = ["benchtarget.big"]\n'
+        'expect_sites = 1\nwhy = "benchmark"\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(site), "DMLPATCH_PATCHES": str(specs)}
+    code = (
+        "import time, sys, torch, dmlpatch.engine\n"
+        "dmlpatch.engine.activate('cpu')\n"
+        "t = time.perf_counter(); import benchtarget.big\n"
+        "sys.stdout.write(str(time.perf_counter() - t))\n"
+    )
+    pycache = package / "__pycache__"
+
+    def cold() -> float:
+        shutil.rmtree(pycache, ignore_errors=True)
+        return float(run(code, env))
+
+    def warm() -> float:
+        run(code, env)  # make sure the cache exists
+        return float(run(code, env))
+
+    cold_s, warm_s = median_pair(cold, warm, rounds)
+    print(
+        f"rewritten target       cold {cold_s * 1e3:7.1f} ms   warm {warm_s * 1e3:7.1f} ms   "
+        f"warm/cold {warm_s / cold_s:.2f}x (1,600 sites, 2,000 lines)"
+    )
+
+
+def per_call(workdir: Path) -> None:
+    peer_dir = workdir / "peer"
+    installed = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(peer_dir),
+            "cuda-morph",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    columns = {
+        "plain": run(PER_CALL.format(setup="")),
+        "dmlpatch": run(PER_CALL.format(setup=DMLPATCH_ACTIVE)),
+    }
+    if installed.returncode == 0:
+        env = {**os.environ, "PYTHONPATH": str(peer_dir)}
+        try:
+            columns["cuda-morph"] = run(PER_CALL.format(setup=PEER_ACTIVE), env)
+        except RuntimeError as error:
+            print(f"(cuda-morph could not be activated here: {error})")
+    else:
+        print("(cuda-morph could not be installed: no global-patching peer column)")
+    data = {name: json.loads(text) for name, text in columns.items()}
+    header = "per call (ns)               " + "".join(f"{name:>12}" for name in data)
+    print(header + "   dmlpatch/plain")
+    for case in data["plain"]:
+        cells = "".join(f"{data[name][case]:12.0f}" for name in data)
+        print(f"{case:28}{cells}   {data['dmlpatch'][case] / data['plain'][case]:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = Path(directory)
+        import_overhead(args.rounds)
+        runner_startup(args.rounds, workdir)
+        target_import(args.rounds, workdir)
+        per_call(workdir)
+
+
+if __name__ == "__main__":
+    main()

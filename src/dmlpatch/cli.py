@@ -1,0 +1,266 @@
+"""The ``dmlpatch`` command and ``python -m dmlpatch``.
+
+python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args...]
+python -m dmlpatch [options] -m module [args...]
+dmlpatch run [options] COMMAND [args...]
+dmlpatch activate [--device SPEC] | deactivate | status
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Optional
+
+from dmlpatch import log
+from dmlpatch._version import __version__
+from dmlpatch.errors import DmlpatchError, UsageError
+
+USAGE = """\
+usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args...]
+       python -m dmlpatch [options] -m module [args...]
+       dmlpatch run [options] COMMAND [args...]      run a console script such as yolo
+       dmlpatch activate [--device SPEC]             patch every Python process of this env
+       dmlpatch deactivate                           undo activate
+       dmlpatch status                               show activation and device
+
+options:
+  --device SPEC     auto (default), dml, dml:N, dml:NAME, privateuseone:N, sim, cpu, cuda, ...
+                    also read from $DMLPATCH_DEVICE
+  --report[=FILE]   at exit, print (or write) a JSON summary; also $DMLPATCH_REPORT=FILE
+  -v, --verbose     say what is patched; DMLPATCH_DEBUG=1 also shows dmlpatch tracebacks
+  --version         print dmlpatch's version
+"""
+
+COMMANDS = ("run", "activate", "deactivate", "status")
+CHILD_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child")
+
+
+@dataclass
+class Options:
+    device: Optional[str] = None
+    report: Optional[str] = None
+    verbose: bool = False
+    module: Optional[str] = None
+    rest: list[str] = field(default_factory=list)
+
+
+def parse_options(argv: list[str], allow_module: bool = True) -> Options:
+    """dmlpatch's own options up to the program; everything after belongs to the program."""
+    options = Options()
+    index = 0
+    while index < len(argv):
+        argument = argv[index]
+        if argument == "--":
+            index += 1
+            break
+        if argument in ("--device", "-d"):
+            if index + 1 >= len(argv):
+                raise UsageError(f"{argument} needs a value, e.g. {argument} sim")
+            options.device = argv[index + 1]
+            index += 2
+        elif argument.startswith("--device="):
+            options.device = argument.split("=", 1)[1]
+            index += 1
+        elif argument == "--report":
+            options.report = "-"
+            index += 1
+        elif argument.startswith("--report="):
+            options.report = argument.split("=", 1)[1] or "-"
+            index += 1
+        elif argument in ("-v", "--verbose"):
+            options.verbose = True
+            index += 1
+        elif argument == "-m" and allow_module:
+            if index + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            options.module = argv[index + 1]
+            index += 2
+            break
+        elif argument.startswith("-m") and len(argument) > 2 and allow_module:
+            options.module = argument[2:]
+            index += 1
+            break
+        elif argument.startswith("-") and argument != "-":
+            raise UsageError(f"unknown option {argument!r}; see dmlpatch --help")
+        else:
+            break
+    options.rest = argv[index:]
+    return options
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(arguments)
+    except DmlpatchError as error:
+        if log.debug_enabled():
+            traceback.print_exc()
+        log.say(f"error: {error}")
+        return error.exit_code
+
+
+def _dispatch(arguments: list[str]) -> int:
+    if not arguments:
+        raise UsageError("no script given; usage: python -m dmlpatch [options] script.py [args...]")
+    if arguments[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0
+    if arguments[0] == "--version":
+        sys.stdout.write(f"dmlpatch {__version__}\n")
+        return 0
+    command = arguments[0]
+    if command == "activate":
+        return _activate(arguments[1:])
+    if command == "deactivate":
+        return _deactivate(arguments[1:])
+    if command == "status":
+        return _status(arguments[1:])
+    if command == "run":
+        options = parse_options(arguments[1:], allow_module=False)
+        if not options.rest:
+            raise UsageError("dmlpatch run needs a command, e.g. dmlpatch run yolo train ...")
+        return _run_program(options, console_script=True)
+    options = parse_options(arguments)
+    if options.module is None and not options.rest:
+        raise UsageError("no script given; usage: python -m dmlpatch [options] script.py [args...]")
+    return _run_program(options, console_script=False)
+
+
+def _prepare(options: Options) -> bool:
+    """Resolve the device (one-line errors here, before the program starts), then patch.
+
+    Returns whether patches are active.
+    """
+    from dmlpatch import engine, resolution
+
+    if options.verbose:
+        os.environ["DMLPATCH_VERBOSE"] = "1"
+    if engine.disabled():
+        log.say("DMLPATCH_DISABLE=1: running the program without patches")
+        return False
+    spec = options.device or resolution.configured_spec()
+    resolution.configure(spec)
+    chosen = resolution.current()
+    if not chosen.patches_needed:
+        log.say(f"{chosen.why}; dmlpatch leaves it alone")
+        return False
+    where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
+    log.say(f"running on {where}: {chosen.why}")
+    _propagate_to_children(spec)
+    engine.activate(spec)
+    return True
+
+
+def _propagate_to_children(spec: str) -> None:
+    """Children (subprocess, spawn workers, DDP ranks) start patched through sitecustomize."""
+    os.environ["DMLPATCH_DEVICE"] = spec
+    paths = os.environ.get("PYTHONPATH", "")
+    if CHILD_DIRECTORY not in paths.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHILD_DIRECTORY, paths) if p)
+
+
+def _run_program(options: Options, console_script: bool) -> int:
+    from dmlpatch import bootstrap, report, runner
+
+    destination = options.report or os.environ.pop(bootstrap.REPORT_VAR, None)
+    if console_script:
+        runner.find_console_script(options.rest[0])
+    elif options.module is not None:
+        runner.check_module(options.module)
+    else:
+        runner.check_path(options.rest[0])
+    active = _prepare(options)
+    if destination:
+        atexit.register(report.write, destination)
+    program_file: Optional[str] = None
+    try:
+        if console_script:
+            result = runner.run_console_script(options.rest[0], options.rest[1:])
+            return _exit_code(result)
+        if options.module is not None:
+            runner.run_module(options.module, options.rest, rewrite=active)
+        else:
+            program_file = os.path.abspath(options.rest[0])
+            runner.run_path(options.rest[0], options.rest[1:], rewrite=active)
+    except SystemExit:
+        raise
+    except UsageError:
+        raise
+    except BaseException as error:
+        if isinstance(error, DmlpatchError) and not log.debug_enabled():
+            log.say(f"error: {error}")
+            return error.exit_code
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        trimmed = runner.program_traceback(error, program_file or main_file)
+        # Chained exceptions are printed from __traceback__, so trim it on the exception too.
+        sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+        return 1
+    return 0
+
+
+def _exit_code(result: object) -> int:
+    if result is None:
+        return 0
+    if isinstance(result, int):
+        return result
+    sys.stderr.write(f"{result}\n")
+    return 1
+
+
+def _activate(arguments: list[str]) -> int:
+    from dmlpatch import activation
+
+    options = parse_options(arguments, allow_module=False)
+    if options.rest:
+        raise UsageError(f"activate takes only --device; unexpected {options.rest[0]!r}")
+    path, changed = activation.activate(options.device or "auto")
+    state = "activated" if changed else "already activated"
+    log.say(f"{state}: {path} (device {options.device or 'auto'}); undo with: dmlpatch deactivate")
+    return 0
+
+
+def _deactivate(arguments: list[str]) -> int:
+    from dmlpatch import activation
+
+    if arguments:
+        raise UsageError(f"deactivate takes no arguments; unexpected {arguments[0]!r}")
+    removed = activation.deactivate()
+    if removed is None:
+        log.say(
+            f"not activated in this environment ({activation.pth_path()} absent); nothing to do"
+        )
+    else:
+        log.say(f"deactivated: removed {removed}")
+    return 0
+
+
+def _status(arguments: list[str]) -> int:
+    from dmlpatch import activation
+
+    as_json = "--json" in arguments
+    unknown = [a for a in arguments if a != "--json"]
+    if unknown:
+        raise UsageError(f"status takes only --json; unexpected {unknown[0]!r}")
+    device = activation.configured_device()
+    data = {
+        "version": __version__,
+        "activated": device is not None,
+        "pth": str(activation.pth_path()),
+        "device": device,
+        "environment_device": os.environ.get("DMLPATCH_DEVICE"),
+        "disabled": os.environ.get("DMLPATCH_DISABLE") == "1",
+    }
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    elif device is None:
+        sys.stdout.write(f"dmlpatch {__version__}: not activated ({data['pth']} absent)\n")
+    else:
+        sys.stdout.write(
+            f"dmlpatch {__version__}: activated with device {device} ({data['pth']})\n"
+        )
+    return 0

@@ -1,0 +1,229 @@
+"""The scoped import hook: target modules load with their CUDA device sites rewritten.
+
+A finder first on ``sys.meta_path`` answers only for the modules the patch specs name; every
+other import costs one dict lookup and goes on its normal path. For a target it asks the
+finders behind it for the spec (``PathFinder``, editable-install finders) and, when that is a
+plain ``.py`` source, swaps in a ``SourceFileLoader`` subclass that rewrites before compiling
+and keeps the result in a bytecode cache of its own (``dmlpatch.bytecode_cache``). The spec's
+origin and the code's filename stay the original path, so ``__file__``, tracebacks,
+``inspect.getsource`` and ``linecache`` point at the original source.
+
+The model is typeguard's ``_importhook``; the cache follows pytest's assertion rewriter.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import threading
+import types
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Union
+
+from dmlpatch import log, report
+
+if TYPE_CHECKING:
+    from dmlpatch.rewrite import Site
+
+MAIN_SPEC = "__main__"
+
+
+@dataclass(frozen=True)
+class ModuleTarget:
+    """A module whose CUDA sites a patch spec rewrites."""
+
+    module: str  # dotted module name, e.g. "facexlib.detection.retinaface"
+    spec: str  # patch spec name, e.g. "facexlib"
+    expect_sites: int  # fewer found => the spec is stale: warn, load the module unrewritten
+    fingerprint: str  # hash of the spec's content; part of the bytecode cache tag
+
+
+_lock = threading.Lock()
+_targets: dict[str, ModuleTarget] = {}
+_gate: Optional[Callable[[], bool]] = None
+
+
+def install(targets: Iterable[ModuleTarget]) -> None:
+    """Add ``targets`` and put the finder first on ``sys.meta_path`` (idempotent)."""
+    with _lock:
+        for target in targets:
+            if _targets.get(target.module) == target:
+                continue
+            _targets[target.module] = target
+            module = sys.modules.get(target.module)
+            if module is not None and not isinstance(
+                getattr(module.__spec__, "loader", None), _RewritingLoader
+            ):
+                _imported_too_early(target)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def uninstall() -> None:
+    """Remove the finder and forget the targets; modules already loaded stay as they are."""
+    global _gate
+    with _lock:
+        while _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _targets.clear()
+        _gate = None
+
+
+def is_installed() -> bool:
+    return _finder in sys.meta_path
+
+
+def targets() -> dict[str, ModuleTarget]:
+    """A copy of the target set, by module name."""
+    return dict(_targets)
+
+
+def set_gate(gate: Optional[Callable[[], bool]]) -> None:
+    """A check made when a target is imported: False loads it unrewritten (say, usable CUDA).
+
+    It is called lazily because answering it may import torch.
+    """
+    global _gate
+    _gate = gate
+
+
+def compile_main(source: bytes, filename: str) -> types.CodeType:
+    """Rewrite and compile the program's ``__main__`` script (no stale check, no cache)."""
+    from dmlpatch.rewrite import rewrite
+
+    result = rewrite(source, filename)
+    if not result.sites:
+        return compile(result.tree, filename, "exec", dont_inherit=True)
+    if _gate is not None and not _gate():
+        return compile(source, filename, "exec", dont_inherit=True)
+    report.record_rewrite(MAIN_SPEC, MAIN_SPEC, len(result.sites), False)
+    log.info(f"rewrote {len(result.sites)} CUDA site(s) in {filename}")
+    return compile(result.tree, filename, "exec", dont_inherit=True)
+
+
+class _Finder:
+    """A meta path finder (only ``find_spec`` is needed; ``importlib.abc`` costs ~10 ms)."""
+
+    def __init__(self) -> None:
+        # Names being looked up behind us, in case a finder there calls back into the import
+        # system for the same name (the module's import lock keeps other threads out).
+        self._searching: set[str] = set()
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Optional[Sequence[str]] = None,
+        target: Optional[types.ModuleType] = None,
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        entry = _targets.get(fullname)
+        if entry is None or fullname in self._searching:
+            return None
+        if _gate is not None and not _gate():
+            return None
+        spec = self._spec_behind(fullname, path, target)
+        if (
+            spec is not None
+            and type(spec.loader) is importlib.machinery.SourceFileLoader
+            and spec.origin is not None
+            and spec.origin.endswith(".py")
+        ):
+            # Other loaders (extension modules, sourceless pycs, zips, custom importers) are
+            # left alone: only a .py source can be rewritten.
+            spec.loader = _RewritingLoader(fullname, spec.origin, entry)
+        return spec
+
+    def _spec_behind(
+        self, fullname: str, path: Optional[Sequence[str]], target: Optional[types.ModuleType]
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        """What the rest of ``sys.meta_path`` would find for ``fullname``."""
+        self._searching.add(fullname)
+        try:
+            finders = list(sys.meta_path)
+            start = finders.index(self) + 1 if self in finders else 0
+            for finder in finders[start:]:
+                find_spec = getattr(finder, "find_spec", None)
+                spec = find_spec(fullname, path, target) if find_spec is not None else None
+                if spec is not None:
+                    return spec
+            return None
+        finally:
+            self._searching.discard(fullname)
+
+
+class _RewritingLoader(importlib.machinery.SourceFileLoader):
+    def __init__(self, fullname: str, path: str, target: ModuleTarget) -> None:
+        super().__init__(fullname, path)
+        self.target = target
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        # Imported here, not at the top: the .pth bootstrap imports this module in every
+        # process, and only processes that load a target need the rewriter and the cache.
+        from dmlpatch import bytecode_cache
+
+        source_path = self.get_filename(fullname)
+        target = self.target
+        stamp = bytecode_cache.stamp(source_path)
+        cache_path = bytecode_cache.location(
+            source_path, bytecode_cache.tag(target.fingerprint, target.expect_sites)
+        )
+        hit = bytecode_cache.read(cache_path, source_path, stamp) if cache_path else None
+        if hit is not None:
+            code, sites = hit
+        else:
+            code, sites = self._rewrite_and_compile(self.get_data(source_path), source_path)
+            if cache_path is not None and not sys.dont_write_bytecode:
+                bytecode_cache.write(cache_path, stamp, code, sites)
+        _account(target, sites, cached=hit is not None)
+        return code
+
+    def source_to_code(  # type: ignore[override]
+        self, data: Union[bytes, str], path: str, *, _optimize: int = -1
+    ) -> types.CodeType:
+        """Rewrite, then compile: for callers that compile a source by hand (no cache)."""
+        return self._rewrite_and_compile(data, path)[0]
+
+    def _rewrite_and_compile(
+        self, data: Union[bytes, str], path: str
+    ) -> tuple[types.CodeType, list[Site]]:
+        from dmlpatch.rewrite import rewrite
+
+        result = rewrite(data, path)
+        if len(result.sites) < self.target.expect_sites:
+            # Stale spec: the rewritten tree is not trusted, and the parse was mutated.
+            return compile(data, path, "exec", dont_inherit=True), result.sites
+        # With no sites the tree is the unchanged parse: same code as compiling the source.
+        return compile(result.tree, path, "exec", dont_inherit=True), result.sites
+
+
+def _account(target: ModuleTarget, sites: list[Site], cached: bool) -> None:
+    found = len(sites)
+    if found < target.expect_sites:
+        log.warn_once(
+            f"stale:{target.spec}:{target.module}",
+            f"patch spec {target.spec!r} expects {target.expect_sites} CUDA site(s) in "
+            f"{target.module} but found {found}; the module runs unrewritten (is the installed "
+            f"version newer than the spec? update the spec or report it)",
+        )
+        report.record_skip(
+            target.spec,
+            target.module,
+            f"stale spec: found {found} CUDA site(s), expected {target.expect_sites}",
+        )
+        return
+    report.record_rewrite(target.spec, target.module, found, cached)
+    origin = "bytecode cache" if cached else "source"
+    log.info(f"rewrote {found} CUDA site(s) in {target.module} ({target.spec}, from {origin})")
+
+
+def _imported_too_early(target: ModuleTarget) -> None:
+    log.warn_once(
+        f"early:{target.module}",
+        f"{target.module} was imported before dmlpatch, so its CUDA sites cannot be rewritten; "
+        f"import dmlpatch (or dmlpatch.auto) before {target.module.partition('.')[0]}, or run "
+        f"the program with `python -m dmlpatch`",
+    )
+    report.record_skip(target.spec, target.module, "imported before the import hook")
+
+
+_finder = _Finder()

@@ -1,0 +1,379 @@
+"""Where code is rewritten: the CUDA device sites of one module's source, found and rerouted.
+
+A *site* is a place where a module hard-codes CUDA. Each one becomes a call into
+``dmlpatch.runtime`` through the module-level alias ``__dmlpatch__``, keeping the original
+expression as the argument so the rewritten code still reads like the original::
+
+    torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
+
+Site kinds:
+
+- ``is_available`` / ``cuda_api``: ``torch.cuda.<f>(...)`` for ``f`` in
+  ``runtime.CUDA_FUNCTIONS`` → ``__dmlpatch__.<f>(...)``.
+- ``device_literal``: ``'cuda'``, ``'cuda:N'``, ``f'cuda:{i}'``, ``'cuda:%d' % i``,
+  ``'cuda:' + str(i)``, ``'cuda:{}'.format(i)`` where the value names a device →
+  ``__dmlpatch__.device(<expr>)``. A value names a device as an argument of ``torch.device`` /
+  ``torch.set_default_device``, the first argument of ``.to(...)``, a keyword argument whose
+  name ends in ``device`` or is ``map_location``, the default of a parameter whose name ends
+  in ``device``, the value assigned to a name or attribute ending in ``device``, and the
+  ``default=`` of ``add_argument('--device', ...)``. Branches of ``a if c else b`` and
+  operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
+  ``torch.device(__dmlpatch__.device(i))``.
+- ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
+
+Everything else that says ``cuda`` is left alone on purpose: comparisons
+(``x.device.type == 'cuda'``), membership tests, dict keys, messages, ``device_type=`` of
+autocast. Rewriting those would change what the program *checks*, not where it runs.
+
+New nodes take the location of the expression they replace, so every original statement keeps
+its line and column numbers and tracebacks point at the original source.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from importlib.util import decode_source
+from typing import Optional, TypeVar, Union
+
+from dmlpatch.runtime import ALIAS, CUDA_FUNCTIONS
+
+_CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
+#: Functions of ``torch`` whose first argument (or ``type=``) is a device.
+_TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
+_RUNTIME_MODULE = "dmlpatch.runtime"
+
+_Node = TypeVar("_Node", bound=ast.AST)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One rewritten place: where it starts (1-based line, UTF-8 byte column), what it is."""
+
+    line: int
+    col: int
+    kind: str
+    text: str
+
+
+@dataclass
+class Rewritten:
+    """The rewritten tree (the unchanged parse when there are no sites) and its sites."""
+
+    tree: ast.Module
+    sites: list[Site] = field(default_factory=list)
+
+
+def find_sites(source: Union[str, bytes], filename: str = "<unknown>") -> list[Site]:
+    """The CUDA device sites of ``source``, in source order; nothing is compiled."""
+    return rewrite(source, filename).sites
+
+
+def rewrite(source: Union[str, bytes], filename: str = "<unknown>") -> Rewritten:
+    """Parse ``source`` and reroute its CUDA device sites; raises ``SyntaxError`` like compile."""
+    tree = ast.parse(source, filename)
+    transformer = _Transformer(_Names.of(tree), _Lines(source))
+    tree = transformer.visit(tree)
+    sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
+    if sites:
+        _insert_runtime_import(tree)
+    return Rewritten(tree, sites)
+
+
+@dataclass
+class _Names:
+    """What the module's imports bind: ``torch``, ``torch.cuda``, its functions, ``torch.device``.
+
+    Scopes are not tracked: a module that rebinds ``torch`` to something else is not worth the
+    complexity, and the runtime returns non-CUDA values unchanged anyway.
+    """
+
+    torch: set[str] = field(default_factory=lambda: {"torch"})
+    cuda: set[str] = field(default_factory=set)
+    cuda_functions: dict[str, str] = field(default_factory=dict)
+    torch_functions: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> _Names:
+        names = cls()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "torch" or (
+                        alias.name.startswith("torch.") and alias.asname is None
+                    ):
+                        names.torch.add(alias.asname or "torch")
+                    elif alias.name == "torch.cuda":
+                        names.cuda.add(alias.asname or "cuda")
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                for alias in node.names:
+                    bound = alias.asname or alias.name
+                    if node.module == "torch" and alias.name == "cuda":
+                        names.cuda.add(bound)
+                    elif node.module == "torch" and alias.name in _TORCH_DEVICE_FUNCTIONS:
+                        names.torch_functions[bound] = alias.name
+                    elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
+                        names.cuda_functions[bound] = alias.name
+        return names
+
+
+class _Lines:
+    """Source text by line, for the ``text`` of a site (AST columns count UTF-8 bytes)."""
+
+    def __init__(self, source: Union[str, bytes]) -> None:
+        if isinstance(source, bytes):
+            # decode_source honours the coding cookie and translates newlines like the parser.
+            text = decode_source(source)
+        else:
+            text = source.replace("\r\n", "\n").replace("\r", "\n")
+        self._lines = [line.encode("utf-8") for line in text.split("\n")]
+
+    def segment(self, node: ast.expr) -> str:
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        end_col = node.end_col_offset if node.end_col_offset is not None else None
+        if first == last:
+            return self._lines[first][node.col_offset : end_col].decode("utf-8", "replace")
+        parts = [self._lines[first][node.col_offset :], *self._lines[first + 1 : last]]
+        parts.append(self._lines[last][:end_col])
+        return b"\n".join(parts).decode("utf-8", "replace")
+
+
+class _Transformer(ast.NodeTransformer):
+    def __init__(self, names: _Names, lines: _Lines) -> None:
+        self.names = names
+        self.lines = lines
+        self.sites: list[Site] = []
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        func = node.func
+        function = self._cuda_function(func)
+        if function is not None:
+            self._site(node, "is_available" if function == "is_available" else "cuda_api")
+            node.func = _located(_alias(function), func)
+            return node
+        if isinstance(func, ast.Attribute) and func.attr == "cuda" and self._is_object(func.value):
+            self._site(node, "cuda_call")
+            call = ast.Call(_alias("cuda"), [func.value, *node.args], node.keywords)
+            return _located(call, node)
+        if self._torch_device_function(func):
+            self._device_call(node)
+        elif isinstance(func, ast.Attribute) and func.attr == "to" and node.args:
+            node.args[0] = self._device_value(node.args[0])
+        elif _is_device_option(node):
+            for keyword in node.keywords:
+                if keyword.arg == "default":
+                    keyword.value = self._device_value(keyword.value)
+        for keyword in node.keywords:
+            if keyword.arg is not None and _names_device(keyword.arg):
+                keyword.value = self._device_value(keyword.value)
+        return node
+
+    def _device_call(self, node: ast.Call) -> None:
+        """``torch.device(...)``: the type argument names a device; ``('cuda', i)`` keeps ``i``."""
+        type_keyword = _keyword(node, "type")
+        index_keyword = _keyword(node, "index")
+        kind = node.args[0] if node.args else (type_keyword.value if type_keyword else None)
+        index = node.args[1] if len(node.args) > 1 else None
+        if index is None and index_keyword is not None:
+            index = index_keyword.value
+        if kind is None:
+            return
+        if index is not None:
+            if isinstance(kind, ast.Constant) and kind.value == "cuda":
+                # torch.device('privateuseone:0', i) is an error, so route the ordinal alone.
+                self._site(node, "device_literal")
+                node.args = [_located(_runtime_call("device", [index]), kind)]
+                node.keywords = [k for k in node.keywords if k.arg not in ("type", "index")]
+            return
+        if node.args:
+            node.args[0] = self._device_value(node.args[0])
+        elif type_keyword is not None:
+            type_keyword.value = self._device_value(type_keyword.value)
+
+    # -- definitions and assignments ----------------------------------------------------------
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self.generic_visit(node)
+        self._defaults(node.args)
+        return node
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
+        self.generic_visit(node)
+        self._defaults(node.args)
+        return node
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        self.generic_visit(node)
+        self._defaults(node.args)
+        return node
+
+    def _defaults(self, args: ast.arguments) -> None:
+        positional = [*args.posonlyargs, *args.args]
+        offset = len(positional) - len(args.defaults)
+        for i, default in enumerate(args.defaults):
+            if _names_device(positional[offset + i].arg):
+                args.defaults[i] = self._device_value(default)
+        for i, (arg, kw_default) in enumerate(zip(args.kwonlyargs, args.kw_defaults)):
+            if kw_default is not None and _names_device(arg.arg):
+                args.kw_defaults[i] = self._device_value(kw_default)
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        self.generic_visit(node)
+        if any(_is_device_target(target) for target in node.targets):
+            node.value = self._device_value(node.value)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        self.generic_visit(node)
+        if node.value is not None and _is_device_target(node.target):
+            node.value = self._device_value(node.value)
+        return node
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _device_value(self, node: ast.expr) -> ast.expr:
+        """Wrap ``node`` (or the branches of ``a if c else b`` / ``a or b``) if it says CUDA."""
+        if isinstance(node, ast.IfExp):
+            node.body = self._device_value(node.body)
+            node.orelse = self._device_value(node.orelse)
+            return node
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            node.values = [self._device_value(value) for value in node.values]
+            return node
+        if not _says_cuda(node):
+            return node
+        self._site(node, "device_literal")
+        return _located(_runtime_call("device", [node]), node)
+
+    def _cuda_function(self, func: ast.expr) -> Optional[str]:
+        """``torch.cuda.<f>`` (or an imported alias of it) for a routed ``f``, else None."""
+        if isinstance(func, ast.Name):
+            return self.names.cuda_functions.get(func.id)
+        if not isinstance(func, ast.Attribute) or func.attr not in CUDA_FUNCTIONS:
+            return None
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id in self.names.cuda:
+            return func.attr
+        if (
+            isinstance(owner, ast.Attribute)
+            and owner.attr == "cuda"
+            and isinstance(owner.value, ast.Name)
+            and owner.value.id in self.names.torch
+        ):
+            return func.attr
+        return None
+
+    def _torch_device_function(self, func: ast.expr) -> bool:
+        if isinstance(func, ast.Name):
+            return func.id in self.names.torch_functions
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in _TORCH_DEVICE_FUNCTIONS
+            and isinstance(func.value, ast.Name)
+            and func.value.id in self.names.torch
+        )
+
+    def _is_object(self, node: ast.expr) -> bool:
+        """Not ``torch`` nor a class under it (``torch.Tensor.cuda(x)`` is unbound), nor us."""
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return not (
+            isinstance(node, ast.Name) and (node.id in self.names.torch or node.id == ALIAS)
+        )
+
+    def _site(self, node: ast.expr, kind: str) -> None:
+        self.sites.append(Site(node.lineno, node.col_offset, kind, self.lines.segment(node)))
+
+
+def _says_cuda(node: ast.expr) -> bool:
+    """A literal CUDA device, or an expression building one from a ``'cuda:'`` prefix."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and _CUDA_LITERAL.fullmatch(node.value) is not None
+    if isinstance(node, ast.JoinedStr):
+        head = node.values[0] if node.values else None
+        return (
+            isinstance(head, ast.Constant)
+            and isinstance(head.value, str)
+            and (head.value == "cuda" or head.value.startswith("cuda:"))
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
+        return _cuda_prefix(node.left)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "format" and _cuda_prefix(node.func.value)
+    return False
+
+
+def _cuda_prefix(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith("cuda:")
+    )
+
+
+def _names_device(name: str) -> bool:
+    return name.lower().endswith("device") or name == "map_location"
+
+
+def _is_device_target(target: ast.expr) -> bool:
+    if isinstance(target, ast.Name):
+        return _names_device(target.id)
+    if isinstance(target, ast.Attribute):
+        return _names_device(target.attr)
+    return False
+
+
+def _is_device_option(node: ast.Call) -> bool:
+    """``parser.add_argument('--device', default='cuda')``: the default names a device."""
+    if not (isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
+        return False
+    return any(
+        isinstance(arg, ast.Constant)
+        and isinstance(arg.value, str)
+        and _names_device(arg.value.lstrip("-").replace("-", "_"))
+        for arg in node.args
+    )
+
+
+def _keyword(node: ast.Call, name: str) -> Optional[ast.keyword]:
+    return next((keyword for keyword in node.keywords if keyword.arg == name), None)
+
+
+def _alias(name: str) -> ast.Attribute:
+    return ast.Attribute(ast.Name(ALIAS, ast.Load()), name, ast.Load())
+
+
+def _runtime_call(name: str, args: list[ast.expr]) -> ast.Call:
+    return ast.Call(_alias(name), args, [])
+
+
+def _located(node: _Node, like: ast.AST) -> _Node:
+    """Give ``node`` and its new descendants the location of ``like``; kept nodes keep theirs."""
+    for child in ast.walk(node):
+        if "lineno" in child._attributes and getattr(child, "lineno", None) is None:
+            ast.copy_location(child, like)
+    return node
+
+
+def _insert_runtime_import(tree: ast.Module) -> None:
+    """``import dmlpatch.runtime as __dmlpatch__`` after the docstring and ``__future__``."""
+    body = tree.body
+    index = 0
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        index = 1 if isinstance(first.value.value, str) else 0
+    while (
+        index < len(body)
+        and isinstance(body[index], ast.ImportFrom)
+        and body[index].module == "__future__"
+    ):
+        index += 1
+    # The import borrows the line of the statement it precedes: it has no line of its own.
+    anchor = body[min(index, len(body) - 1)]
+    statement = ast.Import([ast.alias(_RUNTIME_MODULE, ALIAS)])
+    body.insert(index, _located(statement, anchor))

@@ -1,0 +1,256 @@
+"""Patch specs: one declarative TOML file per target library.
+
+A spec says which distribution and versions it is for, which modules get their CUDA device
+sites rewritten (``[[rewrite]]``) and which functions get a fix wrapped around them
+(``[[wrap]]``), each with the ``why`` a reader needs to audit it. Specs come from the package
+(``dmlpatch/patches``), from the ``dmlpatch.patches`` entry-point group (patch packs) and from
+``$DMLPATCH_PATCHES`` (directories separated by ``os.pathsep``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from dmlpatch.errors import SpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the standard library gained tomllib in 3.11
+    import tomli as tomllib
+
+ENTRY_POINT_GROUP = "dmlpatch.patches"
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_TARGET = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@dataclass(frozen=True)
+class RewriteRule:
+    modules: tuple[str, ...]
+    expect_sites: int
+    versions: SpecifierSet
+    why: str
+
+
+@dataclass(frozen=True)
+class WrapRule:
+    target: str  # "package.module:Qualified.name"
+    fix: str  # "package.module:function", a wrapt wrapper (wrapped, instance, args, kwargs)
+    versions: SpecifierSet
+    why: str
+
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
+
+    @property
+    def qualname(self) -> str:
+        return self.target.partition(":")[2]
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    name: str
+    origin: str  # file path, for messages
+    distribution: str
+    versions: SpecifierSet
+    why: str
+    rewrites: tuple[RewriteRule, ...]
+    wraps: tuple[WrapRule, ...]
+    fingerprint: str
+
+    def modules(self) -> list[str]:
+        return [module for rule in self.rewrites for module in rule.modules]
+
+
+def load_file(path: Path) -> PatchSpec:
+    """Parse and validate one spec; :class:`SpecError` names the file and the field."""
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
+    except OSError as error:
+        raise SpecError(f"patch spec {path}: cannot read it ({error.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise SpecError(f"patch spec {path}: not valid TOML ({error})") from None
+    reader = _Reader(str(path), data)
+    package = reader.table("package")
+    distribution = reader.string(package, "package.name")
+    versions = reader.versions(package, "package.versions")
+    why = reader.string(package, "package.why", required=False) or ""
+    reader.no_extra(package, "package", {"name", "versions", "why"})
+    rewrites = []
+    for i, entry in enumerate(reader.array("rewrite")):
+        where = f"rewrite[{i}]"
+        modules = reader.strings(entry, f"{where}.modules")
+        for module in modules:
+            if not _DOTTED.match(module):
+                reader.fail(f"{where}.modules", f"{module!r} is not a dotted module name")
+        expect = entry.get("expect_sites", 1)
+        if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
+            reader.fail(f"{where}.expect_sites", "must be a whole number >= 0")
+        rewrites.append(
+            RewriteRule(
+                tuple(modules),
+                expect,
+                reader.versions(entry, f"{where}.versions"),
+                reader.string(entry, f"{where}.why"),
+            )
+        )
+        reader.no_extra(entry, where, {"modules", "expect_sites", "versions", "why"})
+    wraps = []
+    for i, entry in enumerate(reader.array("wrap")):
+        where = f"wrap[{i}]"
+        target = reader.string(entry, f"{where}.target")
+        fix = reader.string(entry, f"{where}.fix")
+        for field_name, value in (("target", target), ("fix", fix)):
+            if not _TARGET.match(value):
+                reader.fail(f"{where}.{field_name}", f"{value!r} is not 'module:qualified.name'")
+        wraps.append(
+            WrapRule(
+                target,
+                fix,
+                reader.versions(entry, f"{where}.versions"),
+                reader.string(entry, f"{where}.why"),
+            )
+        )
+        reader.no_extra(entry, where, {"target", "fix", "versions", "why"})
+    reader.no_extra(data, "the top level", {"package", "rewrite", "wrap"})
+    if not rewrites and not wraps:
+        reader.fail("rewrite", "a spec needs at least one [[rewrite]] or [[wrap]] entry")
+    return PatchSpec(
+        name=path.stem,
+        origin=str(path),
+        distribution=distribution,
+        versions=versions,
+        why=why,
+        rewrites=tuple(rewrites),
+        wraps=tuple(wraps),
+        fingerprint=hashlib.sha256(raw).hexdigest()[:16],
+    )
+
+
+class _Reader:
+    """Typed access to a parsed TOML document that reports the file and field on error."""
+
+    def __init__(self, origin: str, data: dict[str, Any]) -> None:
+        self.origin = origin
+        self.data = data
+
+    def fail(self, field_name: str, problem: str) -> None:
+        raise SpecError(f"patch spec {self.origin}: field {field_name!r} {problem}")
+
+    def table(self, key: str) -> dict[str, Any]:
+        value = self.data.get(key)
+        if not isinstance(value, dict):
+            self.fail(key, "is missing or is not a table ([" + key + "])")
+        return value  # type: ignore[return-value]
+
+    def array(self, key: str) -> list[dict[str, Any]]:
+        value = self.data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.fail(key, f"must be an array of tables ([[{key}]])")
+        return value
+
+    def string(self, table: dict[str, Any], field_name: str, required: bool = True) -> str:
+        value = table.get(field_name.rsplit(".", 1)[-1])
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str) or not value.strip():
+            self.fail(field_name, "is missing or is not a non-empty string")
+        return value  # type: ignore[return-value]
+
+    def strings(self, table: dict[str, Any], field_name: str) -> list[str]:
+        value = table.get(field_name.rsplit(".", 1)[-1])
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            self.fail(field_name, "is missing or is not a non-empty list of strings")
+        return value  # type: ignore[return-value]
+
+    def versions(self, table: dict[str, Any], field_name: str) -> SpecifierSet:
+        value = table.get(field_name.rsplit(".", 1)[-1], "")
+        if not isinstance(value, str):
+            self.fail(field_name, "must be a version specifier string such as '>=0.2.5,<0.4'")
+        try:
+            return SpecifierSet(value)
+        except InvalidSpecifier:
+            self.fail(field_name, f"{value!r} is not a valid version specifier")
+        raise AssertionError("unreachable")
+
+    def no_extra(self, table: dict[str, Any], where: str, allowed: set[str]) -> None:
+        extra = sorted(set(table) - allowed)
+        if extra:
+            self.fail(
+                f"{where}",
+                f"has unknown key(s) {', '.join(extra)} (allowed: {', '.join(sorted(allowed))})",
+            )
+
+
+def builtin_directory() -> Optional[Path]:
+    """``dmlpatch/patches`` in an installed wheel; the repository's ``patches/`` in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "patches", here.parent.parent / "patches"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def spec_files() -> list[Path]:
+    """Every spec file, built-ins first, then patch packs, then ``$DMLPATCH_PATCHES``."""
+    directories: list[Path] = []
+    builtin = builtin_directory()
+    if builtin is not None:
+        directories.append(builtin)
+    directories.extend(_pack_directories())
+    for part in os.environ.get("DMLPATCH_PATCHES", "").split(os.pathsep):
+        if part:
+            directory = Path(part)
+            if not directory.is_dir():
+                raise SpecError(f"DMLPATCH_PATCHES names {part!r}, which is not a directory")
+            directories.append(directory)
+    return [path for directory in directories for path in sorted(directory.glob("*.toml"))]
+
+
+def _pack_directories() -> list[Path]:
+    from dmlpatch._metadata import entry_points
+
+    directories = []
+    for entry_point in entry_points(ENTRY_POINT_GROUP):
+        try:
+            target = entry_point.load()
+        except Exception as error:  # a broken pack must not stop the program
+            from dmlpatch import log
+
+            log.warn_once(
+                f"pack:{entry_point.name}",
+                f"patch pack {entry_point.name!r} ({entry_point.value}) failed to load: "
+                f"{error}; skipped",
+            )
+            continue
+        location = getattr(target, "__file__", None) or str(target)
+        path = Path(location)
+        directories.append(path.parent if path.is_file() else path)
+    return directories
+
+
+def load_all() -> list[PatchSpec]:
+    """All specs, minus those named in ``$DMLPATCH_DISABLE_PATCHES``."""
+    disabled = {
+        n.strip() for n in os.environ.get("DMLPATCH_DISABLE_PATCHES", "").split(",") if n.strip()
+    }
+    loaded: dict[str, PatchSpec] = {}
+    for path in spec_files():
+        spec = load_file(path)
+        if spec.name in disabled:
+            continue
+        if spec.name in loaded:
+            raise SpecError(
+                f"two patch specs are named {spec.name!r}: {loaded[spec.name].origin} and {path}"
+            )
+        loaded[spec.name] = spec
+    return list(loaded.values())

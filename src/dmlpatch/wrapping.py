@@ -1,0 +1,116 @@
+"""Function-level fixes: wrapt wrappers applied when their target module is imported.
+
+``wrapt.register_post_import_hook`` runs the callback right after the target module finishes
+importing (or at once if it already has), before any other module can bind the original with
+``from x import f``. Every wrapper is recorded so :func:`unwrap_all` can put the original back.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import wrapt
+
+from dmlpatch import log, report
+from dmlpatch.specs import PatchSpec, WrapRule
+
+
+@dataclass
+class _Applied:
+    spec: str
+    rule: WrapRule
+    parent: Any
+    attribute: str
+    original: Any
+
+
+_lock = threading.Lock()
+_applied: list[_Applied] = []
+_registered: set[tuple[str, str]] = set()
+_enabled = False
+
+
+def _always() -> bool:
+    return True
+
+
+_gate: Callable[[], bool] = _always
+
+
+def apply(spec: PatchSpec, rules: list[WrapRule], gate: Callable[[], bool]) -> None:
+    """Wrap each rule's target when its module is imported; ``gate()`` decides at that moment."""
+    global _enabled, _gate
+    _enabled = True
+    _gate = gate
+    for rule in rules:
+        key = (spec.name, rule.target)
+        with _lock:
+            known = key in _registered
+            _registered.add(key)
+        if not known:
+            wrapt.register_post_import_hook(_callback(spec.name, rule), rule.module)
+        elif rule.module in sys.modules:
+            # Re-activation after unwrap_all(): the hook already fired for this module.
+            _callback(spec.name, rule)(sys.modules[rule.module])
+
+
+def _callback(spec_name: str, rule: WrapRule) -> Callable[[Any], None]:
+    def on_import(module: Any) -> None:
+        if not _enabled or not _gate():
+            return
+        with _lock:
+            if any(a.spec == spec_name and a.rule.target == rule.target for a in _applied):
+                return
+        _wrap(spec_name, rule, module)
+
+    return on_import
+
+
+def _wrap(spec_name: str, rule: WrapRule, module: Any) -> None:
+    try:
+        fix = _load_fix(rule.fix)
+        parent, attribute, original = wrapt.resolve_path(module, rule.qualname)
+    except (ImportError, AttributeError) as error:
+        log.warn_once(
+            f"wrap:{spec_name}:{rule.target}",
+            f"patch spec {spec_name!r} cannot wrap {rule.target} ({error}); left unpatched",
+        )
+        report.record_skip(spec_name, rule.module, f"cannot wrap {rule.target}: {error}")
+        return
+    wrapper = wrapt.FunctionWrapper(original, fix)
+    wrapt.apply_patch(parent, attribute, wrapper)
+    with _lock:
+        _applied.append(_Applied(spec_name, rule, parent, attribute, original))
+    report.record_wrap(spec_name, rule.target)
+    log.info(f"{spec_name}: wrapped {rule.target} ({rule.why})")
+
+
+def _load_fix(reference: str) -> Callable[..., Any]:
+    module_name, _, qualname = reference.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise AttributeError(f"fix {reference} is not callable")
+    return target
+
+
+def unwrap_all() -> None:
+    """Restore every wrapped original; hooks still pending become no-ops."""
+    global _enabled
+    with _lock:
+        _enabled = False
+        applied = list(reversed(_applied))
+        _applied.clear()
+    for entry in applied:
+        setattr(entry.parent, entry.attribute, entry.original)
+        report.record_unwrap(entry.spec, entry.rule.target)
+
+
+def applied_targets() -> list[str]:
+    with _lock:
+        return [entry.rule.target for entry in _applied]

@@ -1,0 +1,44 @@
+"""Shared fixtures (helpers that tests import live in support.py)."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write a dedented file under tmp_path and return its path."""
+
+    def writer(relative: str, content: str) -> Path:
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(content).lstrip("\n"), encoding="utf-8")
+        return path
+
+    return writer
+
+
+@pytest.fixture
+def fake_distribution(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """Make an installed-looking distribution (dist-info + package) in a site directory."""
+    site = tmp_path / "site"
+    site.mkdir()
+
+    def make(name: str, version: str, files: dict[str, str]) -> Path:
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
+        )
+        for relative, content in files.items():
+            path = site / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(content).lstrip("\n"), encoding="utf-8")
+        return site
+
+    yield make

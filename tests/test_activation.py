@@ -1,0 +1,158 @@
+"""``dmlpatch activate`` in a throw-away virtual environment: a .pth, and nothing else."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support import clean_env, run_python
+
+CHECK = (
+    "import sys; from dmlpatch import engine; "
+    "print(engine.is_active(), 'torch' in sys.modules, 'dmlpatch.bootstrap' in sys.modules)"
+)
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[tuple[str, Path]]:
+    """A venv without pip whose only link to our packages is one .pth we write at creation.
+
+    It lives outside pytest's private (0700) temporary root so that an unprivileged user can
+    run its interpreter too.
+    """
+    root = Path(tempfile.mkdtemp(prefix="dmlpatch-venv-"))
+    root.chmod(0o755)
+    yield from _make_env(root)
+    shutil.rmtree(root)
+
+
+def _make_env(root: Path) -> Iterator[tuple[str, Path]]:
+    venv.EnvBuilder(with_pip=False).create(root)
+    python = str(root / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (Path(purelib) / "_test_link.pth").write_text(
+        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
+    )
+    yield python, Path(purelib)
+
+
+def _listing(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+def test_round_trip(env: tuple[str, Path]) -> None:
+    python, purelib = env
+    before = _listing(purelib)
+    result = run_python(["-m", "dmlpatch", "activate", "--device", "cpu"], python=python)
+    assert result.code == 0, result.err
+    assert _listing(purelib) - before == {"dmlpatch-activate.pth"}
+    assert before - _listing(purelib) == set()
+    assert "activated:" in result.err
+
+    fresh = run_python(["-c", CHECK], python=python)
+    assert (fresh.code, fresh.out) == (0, "True False True\n"), fresh.err
+
+    status = run_python(["-m", "dmlpatch", "status"], python=python)
+    assert "activated with device cpu" in status.out
+
+    again = run_python(["-m", "dmlpatch", "activate", "--device", "cpu"], python=python)
+    assert again.code == 0 and "already activated" in again.err
+
+    disabled = run_python(["-c", CHECK], python=python, env=clean_env(DMLPATCH_DISABLE="1"))
+    assert disabled.out == "False False False\n"
+
+    result = run_python(["-m", "dmlpatch", "deactivate"], python=python)
+    assert result.code == 0 and "deactivated" in result.err
+    assert _listing(purelib) == before
+    plain = run_python(["-c", CHECK], python=python)
+    assert plain.out == "False False False\n"
+
+    result = run_python(["-m", "dmlpatch", "deactivate"], python=python)
+    assert result.code == 0 and "nothing to do" in result.err
+
+
+def test_device_change_rewrites_the_same_file(env: tuple[str, Path]) -> None:
+    python, purelib = env
+    run_python(["-m", "dmlpatch", "activate"], python=python)
+    result = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+    assert result.code == 0 and "activated:" in result.err
+    status = run_python(["-m", "dmlpatch", "status", "--json"], python=python)
+    assert '"device": "sim"' in status.out
+    run_python(["-m", "dmlpatch", "deactivate"], python=python)
+    assert not (purelib / "dmlpatch-activate.pth").exists()
+
+
+def test_bad_device_writes_nothing(env: tuple[str, Path]) -> None:
+    python, purelib = env
+    before = _listing(purelib)
+    result = run_python(["-m", "dmlpatch", "activate", "--device", "gpu"], python=python)
+    assert result.code == 2
+    assert result.err_lines == [result.err_lines[0]]
+    assert "unknown device spec 'gpu'" in result.err
+    assert _listing(purelib) == before
+
+
+def test_read_only_site_packages_is_one_line(env: tuple[str, Path]) -> None:
+    python, purelib = env
+    before = _listing(purelib)
+    # As an unprivileged user, like anyone without admin rights on a system Python.
+    completed = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            python,
+            "-m",
+            "dmlpatch",
+            "activate",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(HOME="/tmp"),
+    )
+    assert completed.returncode == 2, completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"dmlpatch: error: cannot write to {purelib}: Permission denied")
+    assert _listing(purelib) == before
+
+
+def test_bootstrap_line_never_fails_without_dmlpatch(env: tuple[str, Path], tmp_path: Path) -> None:
+    python, purelib = env
+    run_python(["-m", "dmlpatch", "activate"], python=python)
+    try:
+        # An interpreter that cannot see dmlpatch (isolated from our link) still starts cleanly.
+        line = (purelib / "dmlpatch-activate.pth").read_text()
+        isolated = tmp_path / "isolated.pth"
+        isolated.write_text(line)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-S",
+                "-c",
+                f"import site; site.addpackage({str(tmp_path)!r}, 'isolated.pth', set()); "
+                "print('up')",
+            ],
+            capture_output=True,
+            text=True,
+            env={**clean_env(), "PYTHONPATH": os.devnull},
+        )
+        assert result.stdout == "up\n"
+    finally:
+        run_python(["-m", "dmlpatch", "deactivate"], python=python)

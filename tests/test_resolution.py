@@ -1,0 +1,196 @@
+"""Device specs and the choice of device, including every way torch-directml fails to load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dmlpatch import resolution
+from dmlpatch.errors import DeviceUnavailable, UsageError
+
+from support import clean_env, run_python
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "indices", "name"),
+    [
+        ("auto", "auto", (), None),
+        ("dml", "dml", (), None),
+        ("DML", "dml", (), None),
+        ("dml:1", "dml", (1,), None),
+        ("dml:0,1", "dml", (0, 1), None),
+        ("dml:radeon", "dml", (), "radeon"),
+        ("privateuseone:1", "dml", (1,), None),
+        ("sim", "sim", (), None),
+        ("sim:1", "sim", (1,), None),
+        ("cpu", "cpu", (), None),
+        ("cuda", "cuda", (), None),
+        ("cuda:2", "cuda", (2,), None),
+        ("mps", "mps", (), None),
+        ("xpu", "xpu", (), None),
+    ],
+)
+def test_valid_specs_parse(text: str, kind: str, indices: tuple[int, ...], name: str) -> None:
+    spec = resolution.parse(text)
+    assert (spec.kind, spec.indices, spec.name) == (kind, indices, name)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gpu", "unknown device spec 'gpu'"),
+        ("", "unknown device spec ''"),
+        ("cuda:x", "only dml takes an adapter name"),
+        ("cpu:0", "'cpu' takes no ':...' part"),
+        ("dml:0,0", "names an adapter twice"),
+        ("cuda:0,1", "only dml and sim take several adapters"),
+        ("dml: 1", "unknown device spec"),
+    ],
+)
+def test_bad_specs_are_usage_errors(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        resolution.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("capability", "arch_list", "usable"),
+    [
+        # The seed case: GeForce GT 645M (3.0) under a build whose oldest kernels are sm_35.
+        ((3, 0), ["sm_35", "sm_50", "sm_60", "sm_70"], False),
+        ((3, 5), ["sm_35", "sm_50"], True),
+        ((3, 7), ["sm_35", "sm_50"], True),
+        ((8, 6), ["sm_50", "sm_80", "sm_90"], True),
+        ((7, 5), ["sm_80", "sm_90"], False),
+        ((12, 0), ["sm_80", "sm_90", "compute_90"], True),
+        ((8, 0), ["sm_90", "compute_90"], False),
+        ((6, 1), [], False),
+    ],
+)
+def test_cuda_capability_against_arch_list(
+    capability: tuple[int, int], arch_list: list[str], usable: bool
+) -> None:
+    assert resolution.capability_supported(capability, arch_list) is usable
+
+
+def test_cpu_resolution_is_not_an_accelerator() -> None:
+    chosen = resolution.resolve("cpu")
+    assert (chosen.backend, chosen.device, chosen.is_accelerator) == ("cpu", "cpu", False)
+    assert chosen.patches_needed
+
+
+def test_auto_on_this_machine_falls_back_to_cpu_and_says_why() -> None:
+    chosen = resolution.resolve("auto")
+    assert chosen.backend == "cpu"
+    assert "CUDA unavailable" in chosen.why
+    assert "DirectML unavailable" in chosen.why
+
+
+def test_explicit_cuda_without_gpu_is_a_clear_error() -> None:
+    with pytest.raises(DeviceUnavailable, match=r"^CUDA unavailable"):
+        resolution.resolve("cuda")
+
+
+STAND_INS = {
+    "not-linux": (
+        "raise OSError('libd3d12.so: cannot open shared object file: No such file or directory')",
+        "cannot load its native library (libd3d12.so: cannot open shared object file: No such "
+        "file or directory); DirectML works only on Windows and WSL2",
+    ),
+    "pin-mismatch": (
+        "raise ImportError('/x/torch_directml_native.so: undefined symbol: "
+        "_ZN2at6native12cpu_fallbackERKN3c1014OperatorHandleEPSt6vectorINS2_6IValueESaIS6_EEb')",
+        "torch-directml was built for",
+    ),
+    "unknown-error": (
+        "def is_available():\n    raise RuntimeError('Unknown error -2005270527')\n",
+        "torch-directml could not query adapters: RuntimeError: Unknown error -2005270527",
+    ),
+    "no-adapter": (
+        "def is_available():\n    return False\n",
+        "torch-directml reports no DirectML adapter",
+    ),
+}
+
+
+def _stand_in(tmp_path: Path, body: str) -> Path:
+    package = tmp_path / "standin" / "torch_directml"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(body + "\n", encoding="utf-8")
+    return package.parent
+
+
+@pytest.mark.parametrize("mode", sorted(STAND_INS))
+def test_dml_unavailable_is_one_line_and_exit_2(tmp_path: Path, mode: str) -> None:
+    body, expected = STAND_INS[mode]
+    script = tmp_path / "program.py"
+    script.write_text("raise SystemExit('the program must not run')\n", encoding="utf-8")
+    env = clean_env(PYTHONPATH=str(_stand_in(tmp_path, body)))
+    result = run_python(["-m", "dmlpatch", "--device", "dml", str(script)], env=env)
+    assert result.code == 2, result.err
+    assert result.err_lines == [result.err_lines[0]], result.err
+    assert result.err_lines[0].startswith("dmlpatch: error: DirectML unavailable: ")
+    assert expected in result.err_lines[0]
+    assert "Traceback" not in result.err
+    assert result.out == ""
+
+
+def test_dml_not_installed(tmp_path: Path) -> None:
+    script = tmp_path / "program.py"
+    script.write_text("print('ran')\n", encoding="utf-8")
+    result = run_python(["-m", "dmlpatch", "--device", "dml", str(script)])
+    assert result.code == 2
+    assert result.err_lines == [
+        "dmlpatch: error: DirectML unavailable: torch-directml is not installed "
+        "(pip install torch-directml; Windows or WSL2)"
+    ]
+
+
+def test_auto_with_broken_directml_runs_on_cpu_and_names_the_reason(tmp_path: Path) -> None:
+    body, expected = STAND_INS["unknown-error"]
+    script = tmp_path / "program.py"
+    script.write_text("print('ran')\n", encoding="utf-8")
+    env = clean_env(PYTHONPATH=str(_stand_in(tmp_path, body)))
+    result = run_python(["-m", "dmlpatch", str(script)], env=env)
+    assert result.code == 0, result.err
+    assert result.out == "ran\n"
+    assert expected in result.err
+    assert "using the CPU" in result.err
+
+
+def test_pin_mismatch_names_the_fix(tmp_path: Path, fake_distribution) -> None:
+    site = fake_distribution("torch_directml", "0.2.5.dev240914", {})
+    metadata = next(site.glob("torch_directml-*.dist-info")) / "METADATA"
+    metadata.write_text(
+        metadata.read_text() + "Requires-Dist: torch==2.4.1\nRequires-Dist: torchvision==0.19.1\n"
+    )
+    body, _ = STAND_INS["pin-mismatch"]
+    (site / "torch_directml").mkdir()
+    (site / "torch_directml" / "__init__.py").write_text(body + "\n")
+    script = tmp_path / "program.py"
+    script.write_text("pass\n")
+    result = run_python(
+        ["-m", "dmlpatch", "--device", "dml", str(script)], env=clean_env(PYTHONPATH=str(site))
+    )
+    import torch
+
+    assert result.code == 2
+    assert result.err_lines == [
+        "dmlpatch: error: DirectML unavailable: torch-directml was built for torch==2.4.1 but "
+        f"torch {torch.__version__.split('+')[0]} is installed (undefined symbol); "
+        "fix: pip install torch==2.4.1 torchvision==0.19.1"
+    ]
+
+
+def test_unknown_spec_from_command_line_and_environment(tmp_path: Path) -> None:
+    script = tmp_path / "program.py"
+    script.write_text("print('ran')\n")
+    for args, env in (
+        (["--device", "gpu0"], clean_env()),
+        ([], clean_env(DMLPATCH_DEVICE="gpu0")),
+    ):
+        result = run_python(["-m", "dmlpatch", *args, str(script)], env=env)
+        assert result.code == 2
+        assert len(result.err_lines) == 1
+        assert result.err_lines[0].startswith("dmlpatch: error: unknown device spec 'gpu0'")
+        assert result.out == ""

@@ -1,0 +1,499 @@
+"""The rewriter on a corpus of real CUDA idioms: which sites, what they become, how they run."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from corpus._harness import accelerator, child_env, cpu, idiom_files, marked_sites, sandbox
+from dmlpatch import resolution, runtime
+from dmlpatch.rewrite import Site, find_sites, rewrite
+
+IDIOMS = idiom_files()
+
+
+def sites_of(snippet: str) -> list[tuple[str, str]]:
+    return [(site.kind, site.text) for site in find_sites(textwrap.dedent(snippet))]
+
+
+def rewritten(snippet: str) -> str:
+    return ast.unparse(rewrite(textwrap.dedent(snippet)).tree)
+
+
+# -- which sites ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", IDIOMS, ids=lambda path: path.stem)
+def test_corpus_sites_are_exactly_the_marked_lines(path: Path) -> None:
+    sites = find_sites(path.read_bytes(), str(path))
+    assert [(site.line, site.kind) for site in sites] == marked_sites(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for site in sites:
+        assert site.text.splitlines()[0] in lines[site.line - 1]
+
+
+def test_site_records_position_kind_and_original_text() -> None:
+    source = "import torch\nd = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+    assert find_sites(source) == [
+        Site(2, 17, "device_literal", "'cuda'"),
+        Site(2, 27, "is_available", "torch.cuda.is_available()"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("snippet", "expected"),
+    [
+        ("torch.device('cuda')", [("device_literal", "'cuda'")]),
+        ("torch.device('cuda:1')", [("device_literal", "'cuda:1'")]),
+        ("torch.device(f'cuda:{i}')", [("device_literal", "f'cuda:{i}'")]),
+        ("torch.device(type='cuda')", [("device_literal", "'cuda'")]),
+        ("torch.device('cuda', i)", [("device_literal", "torch.device('cuda', i)")]),
+        ("torch.device('cuda', index=0)", [("device_literal", "torch.device('cuda', index=0)")]),
+        ("torch.set_default_device('cuda')", [("device_literal", "'cuda'")]),
+        ("f(x, device='cuda:0')", [("device_literal", "'cuda:0'")]),
+        ("f(x, output_device='cuda')", [("device_literal", "'cuda'")]),
+        ("f(device=d or 'cuda')", [("device_literal", "'cuda'")]),
+        ("torch.load(p, map_location='cuda')", [("device_literal", "'cuda'")]),
+        ("x.to('cuda:%d' % rank)", [("device_literal", "'cuda:%d' % rank")]),
+        ("x.to('cuda:' + str(rank))", [("device_literal", "'cuda:' + str(rank)")]),
+        ("x.to('cuda:{}'.format(rank))", [("device_literal", "'cuda:{}'.format(rank)")]),
+        ("x.to(device='cuda')", [("device_literal", "'cuda'")]),
+        ("def f(device='cuda'): pass", [("device_literal", "'cuda'")]),
+        ("def f(*, map_device='cuda:0'): pass", [("device_literal", "'cuda:0'")]),
+        ("f = lambda device='cuda': device", [("device_literal", "'cuda'")]),
+        ("device = 'cuda'", [("device_literal", "'cuda'")]),
+        ("self.device = 'cuda:0'", [("device_literal", "'cuda:0'")]),
+        ("DEVICE: str = 'cuda'", [("device_literal", "'cuda'")]),
+        ("p.add_argument('--device', default='cuda')", [("device_literal", "'cuda'")]),
+        ("x.cuda()", [("cuda_call", "x.cuda()")]),
+        ("self.net.cuda(0)", [("cuda_call", "self.net.cuda(0)")]),
+        ("super().cuda(device)", [("cuda_call", "super().cuda(device)")]),
+        ("torch.cuda.is_available()", [("is_available", "torch.cuda.is_available()")]),
+        ("torch.cuda.device_count() > 1", [("cuda_api", "torch.cuda.device_count()")]),
+        ("torch.cuda.empty_cache()", [("cuda_api", "torch.cuda.empty_cache()")]),
+        ("torch.cuda.manual_seed_all(0)", [("cuda_api", "torch.cuda.manual_seed_all(0)")]),
+        ("torch.cuda.set_device(rank)", [("cuda_api", "torch.cuda.set_device(rank)")]),
+        ("torch.cuda.synchronize()", [("cuda_api", "torch.cuda.synchronize()")]),
+    ],
+)
+def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
+    assert sites_of(snippet) == expected
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "x.device.type == 'cuda'",
+        "device == 'cuda'",
+        "'cuda' in str(dev)",
+        "print('using cuda')",
+        "log.info('moving to cuda:0')",
+        "names = {'cuda': 1}",
+        "torch.autocast(device_type='cuda')",
+        "torch.cuda.amp.autocast()",
+        "torch.cuda.get_arch_list()",
+        "torch.cuda.is_initialized()",
+        "torch.cuda.is_available",
+        "backend = 'cuda'",
+        "device_name = 'cuda'",
+        "def f(mode='cuda'): pass",
+        "p.add_argument('--backend', default='cuda')",
+        "torch.device(dev)",
+        "torch.device('cpu')",
+        "torch.device('cuda:x')",
+        "x.to(torch.float16)",
+        "x.to('cudax')",
+        "x = f'{dev}:0'",
+        "torch.Tensor.cuda(x)",
+        "torch.nn.Module.cuda(model)",
+        "torch.backends.cudnn.benchmark = True",
+        "os.environ['CUDA_VISIBLE_DEVICES'] = '0'",
+        "with torch.cuda.device(1): pass",
+    ],
+)
+def test_not_device_sites(snippet: str) -> None:
+    result = rewrite(snippet)
+    assert result.sites == []
+    assert ast.dump(result.tree) == ast.dump(ast.parse(snippet))
+
+
+@pytest.mark.parametrize(
+    ("snippet", "expected"),
+    [
+        (
+            "import torch.cuda\ntorch.cuda.is_available()",
+            "__dmlpatch__.is_available()",
+        ),
+        ("import torch as th\nth.cuda.device_count()", "__dmlpatch__.device_count()"),
+        ("from torch import cuda\ncuda.empty_cache()", "__dmlpatch__.empty_cache()"),
+        ("import torch.cuda as tc\ntc.is_available()", "__dmlpatch__.is_available()"),
+        (
+            "from torch.cuda import device_count as n\nn()",
+            "__dmlpatch__.device_count()",
+        ),
+        (
+            "from torch import device as d\nd('cuda')",
+            "d(__dmlpatch__.device('cuda'))",
+        ),
+    ],
+)
+def test_import_styles(snippet: str, expected: str) -> None:
+    assert rewritten(snippet).splitlines()[-1] == expected
+
+
+def test_unrelated_names_are_not_torch() -> None:
+    assert sites_of("import numpy as np\nnp.cuda.is_available()\ncuda.device_count()") == []
+
+
+# -- what they become -------------------------------------------------------------------------
+
+
+def test_rewritten_code_reads_like_the_original() -> None:
+    source = """
+        '''A module.'''
+        from __future__ import annotations
+        import torch
+        device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+        def load(path, device='cuda'):
+            net = Net().cuda()
+            x = torch.zeros(1, device='cuda:0')
+            y = x.to(f'cuda:{rank}', non_blocking=True)
+            return torch.device('cuda', rank)
+        if torch.cuda.device_count() > 1:
+            net = nn.DataParallel(net)
+        """
+    assert rewritten(source) == textwrap.dedent(
+        """\
+        \"\"\"A module.\"\"\"
+        from __future__ import annotations
+        import dmlpatch.runtime as __dmlpatch__
+        import torch
+        device = torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
+
+        def load(path, device=__dmlpatch__.device('cuda')):
+            net = __dmlpatch__.cuda(Net())
+            x = torch.zeros(1, device=__dmlpatch__.device('cuda:0'))
+            y = x.to(__dmlpatch__.device(f'cuda:{rank}'), non_blocking=True)
+            return torch.device(__dmlpatch__.device(rank))
+        if __dmlpatch__.device_count() > 1:
+            net = nn.DataParallel(net)"""
+    )
+
+
+def test_runtime_import_is_inserted_once_and_only_with_sites() -> None:
+    with_sites = rewrite("x.cuda()\ny.cuda()\n").tree
+    imports = [node for node in with_sites.body if isinstance(node, ast.Import)]
+    assert [alias.name for node in imports for alias in node.names] == ["dmlpatch.runtime"]
+    assert imports[0].names[0].asname == runtime.ALIAS == "__dmlpatch__"
+    assert with_sites.body[0] is imports[0]
+    without = rewrite("'''doc'''\nimport torch\n").tree
+    assert not any(isinstance(node, ast.Import) and node.names[0].asname for node in without.body)
+
+
+def test_every_rewritten_name_exists_in_the_runtime() -> None:
+    for path in IDIOMS:
+        tree = rewrite(path.read_bytes(), str(path)).tree
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and getattr(node.value, "id", None) == "__dmlpatch__"
+            ):
+                assert callable(getattr(runtime, node.attr)), node.attr
+
+
+@pytest.mark.parametrize("path", IDIOMS, ids=lambda path: path.stem)
+def test_rewriting_twice_changes_nothing_more(path: Path) -> None:
+    once = ast.unparse(rewrite(path.read_bytes(), str(path)).tree)
+    result = rewrite(once)
+    assert [site.kind for site in result.sites] == []
+    assert ast.unparse(result.tree) == once
+
+
+@pytest.mark.parametrize("path", IDIOMS, ids=lambda path: path.stem)
+def test_original_statements_keep_their_positions(path: Path) -> None:
+    def positions(tree: ast.AST) -> list[tuple[str, int, int, int, int]]:
+        return [
+            (
+                type(node).__name__,
+                node.lineno,
+                node.col_offset,
+                node.end_lineno,
+                node.end_col_offset,
+            )
+            for node in ast.walk(tree)
+            if isinstance(node, ast.stmt)
+            and not (isinstance(node, ast.Import) and node.names[0].asname == "__dmlpatch__")
+        ]
+
+    source = path.read_bytes()
+    assert sorted(positions(rewrite(source).tree)) == sorted(positions(ast.parse(source)))
+
+
+def test_new_nodes_take_the_location_of_what_they_replace() -> None:
+    tree = rewrite("import torch\nx = [1,\n     torch.zeros(2).cuda()]\n").tree
+    call = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "cuda"
+    )
+    assert (call.lineno, call.col_offset, call.end_lineno, call.end_col_offset) == (3, 5, 3, 26)
+    for node in ast.walk(call):
+        assert getattr(node, "lineno", 3) == 3
+
+
+def test_files_without_sites_compile_to_the_same_code() -> None:
+    import json.decoder
+    import textwrap as stdlib_module
+
+    paths = [
+        Path(json.decoder.__file__),
+        Path(stdlib_module.__file__),
+        *(p for p in IDIOMS if p.stem == "not_sites"),
+    ]
+    for path in paths:
+        source = path.read_bytes()
+        result = rewrite(source, str(path))
+        assert result.sites == []
+        expected = compile(source, str(path), "exec", dont_inherit=True)
+        assert compile(result.tree, str(path), "exec", dont_inherit=True) == expected
+
+
+def test_encoding_cookie_and_non_ascii_text_before_a_site() -> None:
+    source = "# -*- coding: latin-1 -*-\nlabel = 'caf\xe9'; x = t.to('cuda')\n".encode("latin-1")
+    [site] = find_sites(source)
+    assert (site.line, site.text) == (2, "'cuda'")
+    assert (
+        source.decode("latin-1").splitlines()[1].encode("utf-8")[site.col :].startswith(b"'cuda'")
+    )
+
+
+def test_multi_line_site_text() -> None:
+    [site] = find_sites("x = t.to(\n    'cuda:%d'\n    % rank)\n")
+    assert site.text == "'cuda:%d'\n    % rank"
+
+
+def test_syntax_errors_name_the_file() -> None:
+    with pytest.raises(SyntaxError) as caught:
+        rewrite("def broken(:\n", "/somewhere/broken.py")
+    assert caught.value.filename == "/somewhere/broken.py"
+
+
+# -- how they run -----------------------------------------------------------------------------
+
+#: What each hard-coded-CUDA module computes when its CUDA means the CPU (its original cannot
+#: run here: it asks for a CUDA device this machine does not have).
+CPU_RESULTS: dict[str, dict[str, Any]] = {
+    "facexlib_style": {
+        "helper_device": "cpu",
+        "default_device": "cpu",
+        "helper_sum": 243.0,
+        "default_sum": 243.0,
+    },
+    "tensor_methods": {
+        "devices": ["cpu"],
+        "sums": [6.0] * 8,
+        "model": 6.0,
+        "model_device": "cpu",
+    },
+    "assignments": {
+        "names": ["cpu"] * 5,
+        "backend": "cuda",
+        "option": "cpu",
+        "explicit": "cpu",
+        "loaded": ["cpu", [0.0, 1.0, 2.0], "cpu"],
+    },
+}
+
+_DRIVER = """
+import importlib, importlib.util, json, sys
+from dmlpatch import hook
+sys.path.insert(0, sys.argv[1])
+results = {}
+for name in sys.argv[2:]:
+    path = f"{sys.argv[1]}/corpus/{name}.py"
+    spec = importlib.util.spec_from_file_location("plain_" + name, path)
+    plain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plain)
+    try:
+        original = {"ok": plain.run()}
+    except (RuntimeError, AssertionError) as error:
+        original = {"error": f"{type(error).__name__}: {error}"}
+    hook.install([hook.ModuleTarget("corpus." + name, "corpus", 0, "f")])
+    rewritten = importlib.import_module("corpus." + name).run()
+    results[name] = {"original": original, "rewritten": rewritten}
+print(json.dumps(results))
+"""
+
+
+def test_corpus_runs_on_cpu_like_the_original(tmp_path: Path) -> None:
+    """A fresh process with ``DMLPATCH_DEVICE=cpu``: the real resolution, the real hook."""
+    package = tmp_path / "corpus"
+    package.mkdir()
+    runnable = [path for path in IDIOMS if "def run()" in path.read_text(encoding="utf-8")]
+    for path in runnable:
+        (package / path.name).write_bytes(path.read_bytes())
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    completed = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(tmp_path), *(path.stem for path in runnable)],
+        env=child_env(DMLPATCH_DEVICE="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads(completed.stdout)
+    assert sorted(results) == sorted(path.stem for path in runnable)
+    for name, result in results.items():
+        if name in CPU_RESULTS:
+            assert "CUDA" in result["original"]["error"] or "NVIDIA" in result["original"]["error"]
+            assert result["rewritten"] == CPU_RESULTS[name], name
+        else:
+            assert result["rewritten"] == result["original"]["ok"], name
+
+
+@pytest.fixture
+def on_device(monkeypatch: pytest.MonkeyPatch) -> Callable[[resolution.Resolution], None]:
+    """Make the runtime answer for a given resolution (ours, not torch's: nothing is mocked)."""
+
+    def use(target: resolution.Resolution) -> None:
+        monkeypatch.setattr(resolution, "current", lambda: target)
+
+    return use
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """Record every call rewritten code makes into the runtime (the real functions still run)."""
+    seen: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def spy_on(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            seen.append((name, args, kwargs))
+            return original(*args, **kwargs)
+
+        return spy
+
+    for name in sorted(runtime.CUDA_FUNCTIONS | {"device", "cuda"}):
+        monkeypatch.setattr(runtime, name, spy_on(name, getattr(runtime, name)))
+    return seen
+
+
+def corpus_module(box: Any, stem: str) -> Any:
+    box.copy(next(path for path in IDIOMS if path.stem == stem))
+    box.install(stem)
+    return box.load(stem)
+
+
+def test_cifar_script_lands_on_the_accelerator(tmp_path: Path, on_device, calls) -> None:
+    on_device(accelerator(0, 1))
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "cifar_train")
+        assert module.device == torch.device("privateuseone:0")
+        assert calls == [("is_available", (), {}), ("device", ("cuda:0",), {})]
+        calls.clear()
+        assert isinstance(module.build(), torch.nn.DataParallel)
+        assert calls == [("device_count", (), {})]
+
+
+def test_cifar_script_on_cpu_keeps_its_cpu_path(tmp_path: Path, on_device, calls) -> None:
+    on_device(cpu())
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "cifar_train")
+        assert module.device == torch.device("cpu")
+        assert calls == [("is_available", (), {})]
+        assert module.run() == box.load_plain("cifar_train").run()
+
+
+def test_defaults_and_helpers_route_to_the_accelerator(tmp_path: Path, on_device, calls) -> None:
+    on_device(accelerator(0))
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "facexlib_style")
+        assert module.init_detection_model.__defaults__ == (False, "privateuseone:0")
+        assert calls == [("device", ("cuda",), {})]
+
+
+def test_gpu_ids_map_onto_adapters(tmp_path: Path, on_device) -> None:
+    on_device(accelerator(3, 5))
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "realesrgan_style")
+        assert module.RealESRGANer(2).device == torch.device("privateuseone:3")
+        assert module.RealESRGANer(2, gpu_id=1).device == torch.device("privateuseone:5")
+        with pytest.raises(RuntimeError, match="invalid device ordinal 2"):
+            module.RealESRGANer(2, gpu_id=2)
+
+
+def test_import_styles_route_to_the_accelerator(tmp_path: Path, on_device) -> None:
+    on_device(accelerator(0, 1))
+    with sandbox(tmp_path) as box:
+        assert corpus_module(box, "import_styles").run() == {
+            "available": True,
+            "aliased": True,
+            "count": 2,
+            "imported": 2,
+            "device": "privateuseone:0",
+        }
+
+
+def test_assigned_names_route_to_the_accelerator(tmp_path: Path, on_device) -> None:
+    on_device(accelerator(0, 1))
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "assignments")
+        config = module.Config(index=1)
+        assert [module.device, module.DEFAULT_DEVICE, config.device] == ["privateuseone:0"] * 3
+        assert [config.eval_device, config.save_device] == ["privateuseone:1"] * 2
+        assert config.backend == "cuda"
+        assert module.parse([]).device == "privateuseone:0"
+        assert module.parse(["--device", "cpu"]).device == "cpu"
+        assert module.load.__defaults__ == ("privateuseone:0",)
+
+
+def test_tensor_methods_call_the_runtime_with_their_arguments(
+    tmp_path: Path, on_device, calls
+) -> None:
+    on_device(cpu())
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "tensor_methods")
+        assert module.run() == CPU_RESULTS["tensor_methods"]
+    # runtime.cuda() moves through runtime.device(), hence the device call after each move.
+    assert [
+        (name, args[1:] if name == "cuda" else args, kwargs) for name, args, kwargs in calls
+    ] == [
+        ("cuda", (), {}),
+        ("device", ("cuda",), {}),
+        ("cuda", (0,), {}),
+        ("device", (0,), {}),
+        ("cuda", (), {"non_blocking": True}),
+        ("device", ("cuda",), {}),
+        ("device", ("cuda",), {}),
+        ("device", ("cuda:0",), {}),
+        ("device", ("cuda:0",), {}),
+        ("device", ("cuda",), {}),
+        ("device", (0,), {}),
+        ("cuda", (), {}),
+        ("device", ("cuda",), {}),
+    ]
+
+
+def test_a_bad_ordinal_points_at_the_original_line_and_column(tmp_path: Path, on_device) -> None:
+    on_device(accelerator(0))
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "traceback_target")
+        with pytest.raises(RuntimeError, match="invalid device ordinal 3") as caught:
+            module.pick(3)
+    path = box.directory / "traceback_target.py"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    line = next(n for n, text in enumerate(lines, start=1) if 'f"cuda:{index}"' in text)
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    frame = [f for f in frames if f.filename == str(path)][-1]
+    assert (frame.lineno, frame.line) == (line, lines[line - 1].strip())
+    if sys.version_info >= (3, 11):  # column positions in tracebacks are new in 3.11
+        assert frame.colno == lines[line - 1].index('f"cuda:{index}"')

@@ -1,0 +1,160 @@
+"""Patch spec loading and validation: a broken spec names its file and field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dmlpatch import specs
+from dmlpatch.errors import SpecError
+
+GOOD = """
+[package]
+name = "facexlib"
+versions = ">=0.2.5,<0.4"
+why = "face detection and parsing helpers used by GFPGAN"
+
+[[rewrite]]
+modules = ["facexlib.detection.retinaface", "facexlib.utils.face_restoration_helper"]
+expect_sites = 1
+why = "picks its own device: torch.device('cuda' if torch.cuda.is_available() else 'cpu')"
+
+[[wrap]]
+target = "facexlib.detection:init_detection_model"
+fix = "dmlpatch.fixes.common:device_default"
+versions = ">=0.3"
+why = "default device='cuda'"
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "lib.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_good_spec_loads_every_field(tmp_path: Path) -> None:
+    spec = specs.load_file(_write(tmp_path, GOOD, "facexlib.toml"))
+    assert spec.name == "facexlib"
+    assert spec.distribution == "facexlib"
+    assert spec.versions.contains("0.3.0") and not spec.versions.contains("0.4.0")
+    assert spec.modules() == [
+        "facexlib.detection.retinaface",
+        "facexlib.utils.face_restoration_helper",
+    ]
+    (rule,) = spec.rewrites
+    assert rule.expect_sites == 1
+    (wrap,) = spec.wraps
+    assert (wrap.module, wrap.qualname) == ("facexlib.detection", "init_detection_model")
+    assert wrap.versions.contains("0.3.0") and not wrap.versions.contains("0.2.5")
+    assert len(spec.fingerprint) == 16
+
+
+def test_fingerprint_changes_with_content(tmp_path: Path) -> None:
+    first = specs.load_file(_write(tmp_path, GOOD, "a.toml")).fingerprint
+    second = specs.load_file(_write(tmp_path, GOOD + "\n# edited\n", "b.toml")).fingerprint
+    assert first != second
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "problem"),
+    [
+        (lambda t: t.replace('name = "facexlib"', "name = 3"), "package.name", "non-empty string"),
+        (lambda t: t.replace('">=0.2.5,<0.4"', '"newest"'), "package.versions", "not a valid"),
+        (
+            lambda t: t.replace("expect_sites = 1", "expect_sites = -1"),
+            "rewrite[0].expect_sites",
+            ">= 0",
+        ),
+        (
+            lambda t: t.replace("expect_sites = 1", "expect_sites = true"),
+            "rewrite[0].expect_sites",
+            "",
+        ),
+        (
+            lambda t: t.replace('"facexlib.detection.retinaface",', '"facexlib/retinaface.py",'),
+            "rewrite[0].modules",
+            "not a dotted module name",
+        ),
+        (
+            lambda t: t.replace("modules = [", "modules = [1, "),
+            "rewrite[0].modules",
+            "list of strings",
+        ),
+        (
+            lambda t: t.replace(
+                'target = "facexlib.detection:init_detection_model"',
+                'target = "facexlib.detection.init_detection_model"',
+            ),
+            "wrap[0].target",
+            "is not 'module:qualified.name'",
+        ),
+        (
+            lambda t: t.replace("why = \"default device='cuda'\"", ""),
+            "wrap[0].why",
+            "non-empty string",
+        ),
+        (
+            lambda t: t.replace("expect_sites = 1", "expect_sites = 1\nexpected = 2"),
+            "rewrite[0]",
+            "unknown key(s) expected",
+        ),
+        (lambda t: t + "\n[extra]\nx = 1\n", "the top level", "unknown key(s) extra"),
+        (lambda t: t.replace("[package]", "[pkg]"), "package", "missing"),
+    ],
+)
+def test_malformed_spec_names_file_and_field(
+    tmp_path: Path, edit, field: str, problem: str
+) -> None:
+    path = _write(tmp_path, edit(textwrap.dedent(GOOD)))
+    with pytest.raises(SpecError) as caught:
+        specs.load_file(path)
+    message = str(caught.value)
+    assert message.startswith(f"patch spec {path}: field {field!r}")
+    assert problem in message
+    assert "\n" not in message
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[package\nname=")
+    with pytest.raises(SpecError, match=r"not valid TOML"):
+        specs.load_file(path)
+
+
+def test_spec_without_entries_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[package]\nname = "x"\n')
+    with pytest.raises(SpecError, match=r"at least one \[\[rewrite\]\] or \[\[wrap\]\]"):
+        specs.load_file(path)
+
+
+def test_environment_directories_and_disabling(tmp_path: Path, monkeypatch) -> None:
+    first = tmp_path / "one"
+    first.mkdir()
+    _write(first, GOOD, "facexlib.toml")
+    monkeypatch.setenv("DMLPATCH_PATCHES", str(first))
+    names = [spec.name for spec in specs.load_all()]
+    assert "facexlib" in names
+    monkeypatch.setenv("DMLPATCH_DISABLE_PATCHES", "facexlib")
+    assert "facexlib" not in [spec.name for spec in specs.load_all()]
+
+
+def test_duplicate_names_and_missing_directory(tmp_path: Path, monkeypatch) -> None:
+    first, second = tmp_path / "one", tmp_path / "two"
+    for directory in (first, second):
+        directory.mkdir()
+        _write(directory, GOOD, "dup.toml")
+    monkeypatch.setenv("DMLPATCH_PATCHES", f"{first}:{second}")
+    with pytest.raises(SpecError, match="two patch specs are named 'dup'"):
+        specs.load_all()
+    monkeypatch.setenv("DMLPATCH_PATCHES", str(tmp_path / "absent"))
+    with pytest.raises(SpecError, match="not a directory"):
+        specs.load_all()
+
+
+def test_builtin_specs_are_valid() -> None:
+    directory = specs.builtin_directory()
+    assert directory is not None
+    for path in directory.glob("*.toml"):
+        specs.load_file(path)

@@ -1,0 +1,113 @@
+"""Function-level fixes: applied on import (or at once), reversible, and gated."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dmlpatch import specs, wrapping
+
+TARGET = """
+def init_model(name, device="cuda"):
+    return (name, device)
+
+
+class Helper:
+    def __init__(self, device="cuda"):
+        self.device = device
+
+    @staticmethod
+    def pick(device="cuda"):
+        return device
+"""
+
+FIX = """
+def to_cpu(wrapped, instance, args, kwargs):
+    kwargs["device"] = "cpu"
+    return wrapped(*args, **kwargs)
+"""
+
+
+@pytest.fixture
+def modules(tmp_path: Path, request):
+    name = f"wraptarget_{request.node.name.replace('[', '_').replace(']', '_').replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(TARGET)
+    (tmp_path / f"{name}_fix.py").write_text(FIX)
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(
+        textwrap.dedent(
+            f"""
+            [package]
+            name = "{name}"
+            [[wrap]]
+            target = "{name}:init_model"
+            fix = "{name}_fix:to_cpu"
+            why = "test"
+            [[wrap]]
+            target = "{name}:Helper.pick"
+            fix = "{name}_fix:to_cpu"
+            why = "test"
+            """
+        )
+    )
+    sys.path.insert(0, str(tmp_path))
+    yield name, specs.load_file(spec_path)
+    wrapping.unwrap_all()
+    sys.path.remove(str(tmp_path))
+    for module in (name, f"{name}_fix"):
+        sys.modules.pop(module, None)
+
+
+def test_fix_applies_when_module_is_imported_later(modules) -> None:
+    name, spec = modules
+    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    assert name not in sys.modules
+    module = __import__(name)
+    assert module.init_model("m") == ("m", "cpu")
+    assert module.Helper.pick() == "cpu"
+    assert module.init_model.__name__ == "init_model"
+    assert set(wrapping.applied_targets()) == {f"{name}:init_model", f"{name}:Helper.pick"}
+
+
+def test_fix_applies_at_once_to_an_imported_module_and_unwraps(modules) -> None:
+    name, spec = modules
+    module = __import__(name)
+    original = module.init_model
+    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    assert module.init_model("m") == ("m", "cpu")
+    wrapping.unwrap_all()
+    assert module.init_model is original
+    assert module.init_model("m") == ("m", "cuda")
+    assert module.Helper.pick() == "cuda"
+    assert isinstance(module.Helper.__dict__["pick"], staticmethod)
+    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    assert module.init_model("m") == ("m", "cpu")
+
+
+def test_closed_gate_leaves_the_library_alone(modules) -> None:
+    name, spec = modules
+    wrapping.apply(spec, list(spec.wraps), gate=lambda: False)
+    module = __import__(name)
+    assert module.init_model("m") == ("m", "cuda")
+    assert wrapping.applied_targets() == []
+
+
+def test_missing_target_warns_once_and_leaves_module_usable(
+    modules, tmp_path: Path, capsys
+) -> None:
+    name, _ = modules
+    spec_path = tmp_path / "broken.toml"
+    spec_path.write_text(
+        f'[package]\nname = "{name}"\n[[wrap]]\ntarget = "{name}:gone"\n'
+        f'fix = "{name}_fix:to_cpu"\nwhy = "test"\n'
+    )
+    spec = specs.load_file(spec_path)
+    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    module = __import__(name)
+    assert module.init_model("m") == ("m", "cuda")
+    err = capsys.readouterr().err
+    assert f"patch spec 'broken' cannot wrap {name}:gone" in err
+    assert err.count("cannot wrap") == 1
