@@ -204,3 +204,27 @@ def test_children_keep_an_existing_sitecustomize(tmp_path: Path, setup) -> None:
     result = run_python(["-m", "dmlpatch", "--device", "cpu", str(script)], env=env)
     assert result.code == 0, result.err
     assert result.out == "loaded True\n"
+
+
+def test_alias_only_where_the_module_is_missing(tmp_path: Path, setup) -> None:
+    env = setup()
+    spec_file = Path(env["DMLPATCH_PATCHES"]) / "fakelib.toml"
+    spec_file.write_text(
+        spec_file.read_text()
+        + '[[alias]]\nmodule = "fakelib.legacy"\ntarget = "fakelib.models"\nwhy = "renamed"\n'
+        + '[[alias]]\nmodule = "fakelib.fixes"\ntarget = "fakelib.models"\nwhy = "exists"\n'
+    )
+    script = tmp_path / "p.py"
+    script.write_text(
+        "import fakelib.legacy, fakelib.fixes, fakelib.models\n"
+        "print(fakelib.legacy is fakelib.models, fakelib.fixes is fakelib.models)\n"
+    )
+    result = run_python(["-m", "dmlpatch", "--device", "cpu", "--report", str(script)], env=env)
+    assert result.code == 0, result.err
+    assert result.out == "True False\n"
+    report = json.loads(result.err[result.err.index("{") :])
+    assert report["patches"]["fakelib"]["aliases"] == [
+        {"alias": "fakelib.legacy", "module": "fakelib.models"}
+    ]
+    plain = run_python([str(script)], env=env)
+    assert plain.code == 1 and "No module named 'fakelib.legacy'" in plain.err

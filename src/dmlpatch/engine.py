@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from dmlpatch import hook, log, report, resolution, specs, wrapping
+from dmlpatch import aliases, hook, log, report, resolution, specs, wrapping
 from dmlpatch._metadata import version_of
 
 DISABLE_VAR = "DMLPATCH_DISABLE"
@@ -57,6 +57,9 @@ def activate(device: Optional[str] = None) -> bool:
         wraps = [rule for rule in spec.wraps if rule.versions.contains(installed, prereleases=True)]
         hook.install(targets)
         wrapping.apply(spec, wraps, gate=patches_needed)
+        for alias in spec.aliases:
+            if alias.versions.contains(installed, prereleases=True):
+                aliases.install(alias.module, alias.target, spec.name)
     hook.set_gate(patches_needed)
     _active = True
     return True
@@ -67,6 +70,7 @@ def deactivate() -> None:
     global _active
     hook.uninstall()
     wrapping.unwrap_all()
+    aliases.uninstall()
     _active = False
 
 

@@ -11,6 +11,7 @@ _lock = threading.Lock()
 _rewrites: list[dict[str, Any]] = []
 _wraps: list[dict[str, Any]] = []
 _skipped: list[dict[str, Any]] = []
+_aliases: list[dict[str, Any]] = []
 
 
 def record_rewrite(spec: str, module: str, sites: int, cached: bool) -> None:
@@ -28,6 +29,12 @@ def record_wrap(spec: str, target: str) -> None:
 def record_unwrap(spec: str, target: str) -> None:
     with _lock:
         _wraps[:] = [w for w in _wraps if not (w["spec"] == spec and w["target"] == target)]
+
+
+def record_alias(spec: str, alias: str, real: str) -> None:
+    """A missing module was provided as an alias of its renamed successor."""
+    with _lock:
+        _aliases.append({"spec": spec, "alias": alias, "module": real})
 
 
 def record_skip(spec: str, module: Optional[str], reason: str) -> None:
@@ -55,6 +62,13 @@ def snapshot() -> dict[str, Any]:
                 entry["spec"], {"modules": [], "functions": [], "skipped": []}
             )
             spec["functions"].append(entry["target"])
+        for entry in _aliases:
+            spec = patches.setdefault(
+                entry["spec"], {"modules": [], "functions": [], "skipped": []}
+            )
+            spec.setdefault("aliases", []).append(
+                {"alias": entry["alias"], "module": entry["module"]}
+            )
         for entry in _skipped:
             spec = patches.setdefault(
                 entry["spec"], {"modules": [], "functions": [], "skipped": []}

@@ -56,6 +56,14 @@ class WrapRule:
 
 
 @dataclass(frozen=True)
+class AliasRule:
+    module: str  # the name a library imports, e.g. "torchvision.transforms.functional_tensor"
+    target: str  # the module that now provides it
+    versions: SpecifierSet
+    why: str
+
+
+@dataclass(frozen=True)
 class PatchSpec:
     name: str
     origin: str  # file path, for messages
@@ -65,6 +73,7 @@ class PatchSpec:
     rewrites: tuple[RewriteRule, ...]
     wraps: tuple[WrapRule, ...]
     fingerprint: str
+    aliases: tuple[AliasRule, ...] = ()
 
     def modules(self) -> list[str]:
         return [module for rule in self.rewrites for module in rule.modules]
@@ -121,9 +130,26 @@ def load_file(path: Path) -> PatchSpec:
             )
         )
         reader.no_extra(entry, where, {"target", "fix", "versions", "why"})
-    reader.no_extra(data, "the top level", {"package", "rewrite", "wrap"})
-    if not rewrites and not wraps:
-        reader.fail("rewrite", "a spec needs at least one [[rewrite]] or [[wrap]] entry")
+    aliases = []
+    for i, entry in enumerate(reader.array("alias")):
+        where = f"alias[{i}]"
+        module = reader.string(entry, f"{where}.module")
+        target = reader.string(entry, f"{where}.target")
+        for field_name, value in (("module", module), ("target", target)):
+            if not _DOTTED.match(value):
+                reader.fail(f"{where}.{field_name}", f"{value!r} is not a dotted module name")
+        aliases.append(
+            AliasRule(
+                module,
+                target,
+                reader.versions(entry, f"{where}.versions"),
+                reader.string(entry, f"{where}.why"),
+            )
+        )
+        reader.no_extra(entry, where, {"module", "target", "versions", "why"})
+    reader.no_extra(data, "the top level", {"package", "rewrite", "wrap", "alias"})
+    if not rewrites and not wraps and not aliases:
+        reader.fail("rewrite", "a spec needs at least one [[rewrite]], [[wrap]] or [[alias]] entry")
     return PatchSpec(
         name=path.stem,
         origin=str(path),
@@ -133,6 +159,7 @@ def load_file(path: Path) -> PatchSpec:
         rewrites=tuple(rewrites),
         wraps=tuple(wraps),
         fingerprint=hashlib.sha256(raw).hexdigest()[:16],
+        aliases=tuple(aliases),
     )
 
 
