@@ -132,12 +132,22 @@ def test_spec_without_entries_is_refused(tmp_path: Path) -> None:
 def test_environment_directories_and_disabling(tmp_path: Path, monkeypatch) -> None:
     first = tmp_path / "one"
     first.mkdir()
-    _write(first, GOOD, "facexlib.toml")
+    _write(first, GOOD, "testlib.toml")
     monkeypatch.setenv("DMLPATCH_PATCHES", str(first))
     names = [spec.name for spec in specs.load_all()]
-    assert "facexlib" in names
-    monkeypatch.setenv("DMLPATCH_DISABLE_PATCHES", "facexlib")
-    assert "facexlib" not in [spec.name for spec in specs.load_all()]
+    assert "testlib" in names
+    monkeypatch.setenv("DMLPATCH_DISABLE_PATCHES", "testlib")
+    assert "testlib" not in [spec.name for spec in specs.load_all()]
+
+
+def test_local_directory_overrides_a_builtin_spec(tmp_path: Path, monkeypatch) -> None:
+    builtin = specs.builtin_directory()
+    assert builtin is not None
+    name = sorted(builtin.glob("*.toml"))[0].stem
+    _write(tmp_path, GOOD, f"{name}.toml")
+    monkeypatch.setenv("DMLPATCH_PATCHES", str(tmp_path))
+    (chosen,) = [spec for spec in specs.load_all() if spec.name == name]
+    assert chosen.origin == str(tmp_path / f"{name}.toml")
 
 
 def test_duplicate_names_and_missing_directory(tmp_path: Path, monkeypatch) -> None:
@@ -145,7 +155,11 @@ def test_duplicate_names_and_missing_directory(tmp_path: Path, monkeypatch) -> N
     for directory in (first, second):
         directory.mkdir()
         _write(directory, GOOD, "dup.toml")
-    monkeypatch.setenv("DMLPATCH_PATCHES", f"{first}:{second}")
+    # One local override of a name is allowed; a third spec of that name is a clash.
+    third = tmp_path / "three"
+    third.mkdir()
+    _write(third, GOOD, "dup.toml")
+    monkeypatch.setenv("DMLPATCH_PATCHES", f"{first}:{second}:{third}")
     with pytest.raises(SpecError, match="two patch specs are named 'dup'"):
         specs.load_all()
     monkeypatch.setenv("DMLPATCH_PATCHES", str(tmp_path / "absent"))

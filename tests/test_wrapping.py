@@ -31,6 +31,10 @@ def to_cpu(wrapped, instance, args, kwargs):
 """
 
 
+def _fixes(spec: specs.PatchSpec) -> list[wrapping.Fix]:
+    return [wrapping.Fix(spec.name, w.target, w.fix, w.why) for w in spec.wraps]
+
+
 @pytest.fixture
 def modules(tmp_path: Path, request):
     name = f"wraptarget_{request.node.name.replace('[', '_').replace(']', '_').replace('-', '_')}"
@@ -63,7 +67,7 @@ def modules(tmp_path: Path, request):
 
 def test_fix_applies_when_module_is_imported_later(modules) -> None:
     name, spec = modules
-    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    wrapping.apply(_fixes(spec), gate=lambda: True)
     assert name not in sys.modules
     module = __import__(name)
     assert module.init_model("m") == ("m", "cpu")
@@ -76,20 +80,20 @@ def test_fix_applies_at_once_to_an_imported_module_and_unwraps(modules) -> None:
     name, spec = modules
     module = __import__(name)
     original = module.init_model
-    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    wrapping.apply(_fixes(spec), gate=lambda: True)
     assert module.init_model("m") == ("m", "cpu")
     wrapping.unwrap_all()
     assert module.init_model is original
     assert module.init_model("m") == ("m", "cuda")
     assert module.Helper.pick() == "cuda"
     assert isinstance(module.Helper.__dict__["pick"], staticmethod)
-    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    wrapping.apply(_fixes(spec), gate=lambda: True)
     assert module.init_model("m") == ("m", "cpu")
 
 
 def test_closed_gate_leaves_the_library_alone(modules) -> None:
     name, spec = modules
-    wrapping.apply(spec, list(spec.wraps), gate=lambda: False)
+    wrapping.apply(_fixes(spec), gate=lambda: False)
     module = __import__(name)
     assert module.init_model("m") == ("m", "cuda")
     assert wrapping.applied_targets() == []
@@ -105,7 +109,7 @@ def test_missing_target_warns_once_and_leaves_module_usable(
         f'fix = "{name}_fix:to_cpu"\nwhy = "test"\n'
     )
     spec = specs.load_file(spec_path)
-    wrapping.apply(spec, list(spec.wraps), gate=lambda: True)
+    wrapping.apply(_fixes(spec), gate=lambda: True)
     module = __import__(name)
     assert module.init_model("m") == ("m", "cuda")
     err = capsys.readouterr().err

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from dmlpatch import aliases, hook, log, report, resolution, specs, wrapping
-from dmlpatch._metadata import version_of
+from dmlpatch import aliases, hook, log, plan, report, resolution, wrapping
 
 DISABLE_VAR = "DMLPATCH_DISABLE"
 
@@ -34,32 +33,14 @@ def activate(device: Optional[str] = None) -> bool:
         return False
     if device is not None:
         resolution.configure(device)
-    for spec in specs.load_all():
-        installed = version_of(spec.distribution)
-        if installed is None:
-            continue
-        if not spec.versions.contains(installed, prereleases=True):
-            log.warn_once(
-                f"version:{spec.name}",
-                f"patch spec {spec.name!r} is for {spec.distribution} {spec.versions}, but "
-                f"{installed} is installed; {spec.distribution} runs unpatched",
-            )
-            report.record_skip(
-                spec.name, None, f"{spec.distribution} {installed} not in {spec.versions}"
-            )
-            continue
-        targets = [
-            hook.ModuleTarget(module, spec.name, rule.expect_sites, spec.fingerprint)
-            for rule in spec.rewrites
-            if rule.versions.contains(installed, prereleases=True)
-            for module in rule.modules
-        ]
-        wraps = [rule for rule in spec.wraps if rule.versions.contains(installed, prereleases=True)]
-        hook.install(targets)
-        wrapping.apply(spec, wraps, gate=patches_needed)
-        for alias in spec.aliases:
-            if alias.versions.contains(installed, prereleases=True):
-                aliases.install(alias.module, alias.target, spec.name)
+    chosen = plan.load()
+    for key, message, spec_name, reason in chosen["warnings"]:
+        log.warn_once(key, message)
+        report.record_skip(spec_name, None, reason)
+    hook.install(hook.ModuleTarget(*target) for target in chosen["targets"])
+    wrapping.apply([wrapping.Fix(*fix) for fix in chosen["wraps"]], gate=patches_needed)
+    for module, target, spec_name in chosen["aliases"]:
+        aliases.install(module, target, spec_name)
     hook.set_gate(patches_needed)
     _active = True
     return True

@@ -18,8 +18,7 @@ import sys
 import threading
 import types
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 from dmlpatch import log, report
 
@@ -29,8 +28,7 @@ if TYPE_CHECKING:
 MAIN_SPEC = "__main__"
 
 
-@dataclass(frozen=True)
-class ModuleTarget:
+class ModuleTarget(NamedTuple):
     """A module whose CUDA sites a patch spec rewrites."""
 
     module: str  # dotted module name, e.g. "facexlib.detection.retinaface"
@@ -42,6 +40,8 @@ class ModuleTarget:
 _lock = threading.Lock()
 _targets: dict[str, ModuleTarget] = {}
 _gate: Optional[Callable[[], bool]] = None
+_watched: dict[str, list[Callable[[types.ModuleType], None]]] = {}
+_rewritten: set[str] = set()  # modules this hook loaded (and so rewrote)
 
 
 def install(targets: Iterable[ModuleTarget]) -> None:
@@ -51,11 +51,27 @@ def install(targets: Iterable[ModuleTarget]) -> None:
             if _targets.get(target.module) == target:
                 continue
             _targets[target.module] = target
-            module = sys.modules.get(target.module)
-            if module is not None and not isinstance(
-                getattr(module.__spec__, "loader", None), _RewritingLoader
-            ):
+            if target.module in sys.modules and target.module not in _rewritten:
                 _imported_too_early(target)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> None:
+    """Call ``callback(module)`` right after ``module`` is executed, or now if it already was.
+
+    wrapt's ``register_post_import_hook`` does the same, but importing wrapt costs tens of
+    milliseconds in every process of an activated environment; here it costs a dict lookup,
+    and wrapt is imported only when a fix is applied.
+    """
+    loaded = sys.modules.get(module)
+    if loaded is not None and getattr(loaded, "__spec__", None) is not None:
+        initializing = getattr(loaded.__spec__, "_initializing", False)
+        if not initializing:
+            callback(loaded)
+            return
+    with _lock:
+        _watched.setdefault(module, []).append(callback)
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
 
@@ -67,6 +83,7 @@ def uninstall() -> None:
         while _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
         _targets.clear()
+        _watched.clear()
         _gate = None
 
 
@@ -117,13 +134,16 @@ class _Finder:
         target: Optional[types.ModuleType] = None,
     ) -> Optional[importlib.machinery.ModuleSpec]:
         entry = _targets.get(fullname)
-        if entry is None or fullname in self._searching:
+        watchers = _watched.get(fullname)
+        if (entry is None and watchers is None) or fullname in self._searching:
             return None
-        if _gate is not None and not _gate():
-            return None
+        if entry is not None and _gate is not None and not _gate():
+            entry = None
         spec = self._spec_behind(fullname, path, target)
+        if spec is None:
+            return None
         if (
-            spec is not None
+            entry is not None
             and type(spec.loader) is importlib.machinery.SourceFileLoader
             and spec.origin is not None
             and spec.origin.endswith(".py")
@@ -131,6 +151,8 @@ class _Finder:
             # Other loaders (extension modules, sourceless pycs, zips, custom importers) are
             # left alone: only a .py source can be rewritten.
             spec.loader = _RewritingLoader(fullname, spec.origin, entry)
+        if watchers is not None and spec.loader is not None:
+            spec.loader = _NotifyingLoader(spec.loader)
         return spec
 
     def _spec_behind(
@@ -149,6 +171,27 @@ class _Finder:
             return None
         finally:
             self._searching.discard(fullname)
+
+
+class _NotifyingLoader:
+    """Delegates to the real loader, then runs the callbacks waiting for the module."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[types.ModuleType]:
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loader.exec_module(module)
+        with _lock:
+            callbacks = _watched.pop(module.__name__, [])
+        for callback in callbacks:
+            callback(module)
 
 
 class _RewritingLoader(importlib.machinery.SourceFileLoader):
@@ -175,6 +218,7 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
             if cache_path is not None and not sys.dont_write_bytecode:
                 bytecode_cache.write(cache_path, stamp, code, sites)
         _account(target, sites, cached=hit is not None)
+        _rewritten.add(fullname)
         return code
 
     def source_to_code(  # type: ignore[override]

@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from dmlpatch.errors import DeviceUnavailable, UsageError
 
@@ -29,8 +28,7 @@ SPEC_HELP = (
 )
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
     """A parsed device spec: ``kind`` plus adapter ``indices`` or a ``name`` fragment."""
 
     text: str
@@ -63,8 +61,7 @@ def parse(text: str) -> Spec:
     return Spec(text, kind, name=selector)
 
 
-@dataclass(frozen=True)
-class Resolution:
+class Resolution(NamedTuple):
     """The device this process targets, and why."""
 
     spec: str

@@ -13,7 +13,6 @@ import importlib.util
 import os
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 from dmlpatch import hook
@@ -51,7 +50,8 @@ def run_path(path: str, args: list[str], rewrite: bool = True) -> None:
         return
     absolute = os.path.abspath(path)
     try:
-        source = Path(absolute).read_bytes()
+        with open(absolute, "rb") as stream:
+            source = stream.read()
     except OSError as error:
         raise UsageError(f"can't open file {absolute!r}: {error.strerror}") from None
     code = _compile(source, absolute, rewrite)
@@ -142,9 +142,11 @@ def _execute(code: types.CodeType, main: types.ModuleType) -> None:
 
 
 def _is_zip(path: str) -> bool:
+    if path.endswith(".py") or not os.path.isfile(path):
+        return False
     import zipfile
 
-    return os.path.isfile(path) and zipfile.is_zipfile(path)
+    return zipfile.is_zipfile(path)
 
 
 def run_console_script(command: str, args: list[str]) -> Any:

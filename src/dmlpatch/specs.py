@@ -229,18 +229,28 @@ def builtin_directory() -> Optional[Path]:
 
 def spec_files() -> list[Path]:
     """Every spec file, built-ins first, then patch packs, then ``$DMLPATCH_PATCHES``."""
+    return [path for directory in spec_directories() for path in sorted(directory.glob("*.toml"))]
+
+
+def spec_directories() -> list[Path]:
     directories: list[Path] = []
     builtin = builtin_directory()
     if builtin is not None:
         directories.append(builtin)
     directories.extend(_pack_directories())
+    directories.extend(_environment_directories())
+    return directories
+
+
+def _environment_directories() -> list[Path]:
+    directories = []
     for part in os.environ.get("DMLPATCH_PATCHES", "").split(os.pathsep):
         if part:
             directory = Path(part)
             if not directory.is_dir():
                 raise SpecError(f"DMLPATCH_PATCHES names {part!r}, which is not a directory")
             directories.append(directory)
-    return [path for directory in directories for path in sorted(directory.glob("*.toml"))]
+    return directories
 
 
 def _pack_directories() -> list[Path]:
@@ -266,16 +276,26 @@ def _pack_directories() -> list[Path]:
 
 
 def load_all() -> list[PatchSpec]:
-    """All specs, minus those named in ``$DMLPATCH_DISABLE_PATCHES``."""
+    """All specs, minus those named in ``$DMLPATCH_DISABLE_PATCHES``.
+
+    A spec in a ``$DMLPATCH_PATCHES`` directory replaces a built-in or pack spec of the same
+    name (a user's local fix for a stale spec); any other clash of names is an error.
+    """
     disabled = {
         n.strip() for n in os.environ.get("DMLPATCH_DISABLE_PATCHES", "").split(",") if n.strip()
     }
+    local = {str(d) for d in _environment_directories()}
     loaded: dict[str, PatchSpec] = {}
+    overridden: set[str] = set()
     for path in spec_files():
         spec = load_file(path)
         if spec.name in disabled:
             continue
         if spec.name in loaded:
+            if str(path.parent) in local and spec.name not in overridden:
+                overridden.add(spec.name)
+                loaded[spec.name] = spec
+                continue
             raise SpecError(
                 f"two patch specs are named {spec.name!r}: {loaded[spec.name].origin} and {path}"
             )

@@ -1,8 +1,9 @@
 """Function-level fixes: wrapt wrappers applied when their target module is imported.
 
-``wrapt.register_post_import_hook`` runs the callback right after the target module finishes
-importing (or at once if it already has), before any other module can bind the original with
-``from x import f``. Every wrapper is recorded so :func:`unwrap_all` can put the original back.
+``hook.when_imported`` runs the callback right after the target module finishes executing (or
+at once if it already has), before any other module can bind the original with
+``from x import f``. wrapt's ``FunctionWrapper`` keeps names, docstrings, signatures and
+descriptors intact. Every wrapper is recorded so :func:`unwrap_all` can put the original back.
 """
 
 from __future__ import annotations
@@ -10,19 +11,30 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-import wrapt
-
-from dmlpatch import log, report
-from dmlpatch.specs import PatchSpec, WrapRule
+from dmlpatch import hook, log, report
 
 
-@dataclass
-class _Applied:
+class Fix(NamedTuple):
+    """One ``[[wrap]]`` entry of a spec, as the plan carries it."""
+
     spec: str
-    rule: WrapRule
+    target: str  # "package.module:Qualified.name"
+    fix: str  # "package.module:function"
+    why: str
+
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
+
+    @property
+    def qualname(self) -> str:
+        return self.target.partition(":")[2]
+
+
+class _Applied(NamedTuple):
+    rule: Fix
     parent: Any
     attribute: str
     original: Any
@@ -41,36 +53,39 @@ def _always() -> bool:
 _gate: Callable[[], bool] = _always
 
 
-def apply(spec: PatchSpec, rules: list[WrapRule], gate: Callable[[], bool]) -> None:
+def apply(rules: list[Fix], gate: Callable[[], bool]) -> None:
     """Wrap each rule's target when its module is imported; ``gate()`` decides at that moment."""
     global _enabled, _gate
     _enabled = True
     _gate = gate
     for rule in rules:
-        key = (spec.name, rule.target)
+        key = (rule.spec, rule.target)
         with _lock:
             known = key in _registered
             _registered.add(key)
         if not known:
-            wrapt.register_post_import_hook(_callback(spec.name, rule), rule.module)
+            hook.when_imported(rule.module, _callback(rule))
         elif rule.module in sys.modules:
             # Re-activation after unwrap_all(): the hook already fired for this module.
-            _callback(spec.name, rule)(sys.modules[rule.module])
+            _callback(rule)(sys.modules[rule.module])
 
 
-def _callback(spec_name: str, rule: WrapRule) -> Callable[[Any], None]:
+def _callback(rule: Fix) -> Callable[[Any], None]:
     def on_import(module: Any) -> None:
         if not _enabled or not _gate():
             return
         with _lock:
-            if any(a.spec == spec_name and a.rule.target == rule.target for a in _applied):
+            if any(a.rule == rule for a in _applied):
                 return
-        _wrap(spec_name, rule, module)
+        _wrap(rule, module)
 
     return on_import
 
 
-def _wrap(spec_name: str, rule: WrapRule, module: Any) -> None:
+def _wrap(rule: Fix, module: Any) -> None:
+    spec_name = rule.spec
+    import wrapt
+
     try:
         fix = _load_fix(rule.fix)
         parent, attribute, original = wrapt.resolve_path(module, rule.qualname)
@@ -84,7 +99,7 @@ def _wrap(spec_name: str, rule: WrapRule, module: Any) -> None:
     wrapper = wrapt.FunctionWrapper(original, fix)
     wrapt.apply_patch(parent, attribute, wrapper)
     with _lock:
-        _applied.append(_Applied(spec_name, rule, parent, attribute, original))
+        _applied.append(_Applied(rule, parent, attribute, original))
     report.record_wrap(spec_name, rule.target)
     log.info(f"{spec_name}: wrapped {rule.target} ({rule.why})")
 
@@ -108,7 +123,7 @@ def unwrap_all() -> None:
         _applied.clear()
     for entry in applied:
         setattr(entry.parent, entry.attribute, entry.original)
-        report.record_unwrap(entry.spec, entry.rule.target)
+        report.record_unwrap(entry.rule.spec, entry.rule.target)
 
 
 def applied_targets() -> list[str]:

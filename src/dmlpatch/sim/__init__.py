@@ -1,0 +1,121 @@
+"""A simulated DirectML device: a real PyTorch ``privateuseone`` backend over CPU memory.
+
+Kernels are the CPU kernels, so results equal a CPU run; DirectML's gaps (CPU fallbacks,
+refused arguments, missing float64) come from the profile table in
+:mod:`dmlpatch.sim.profile_table`.
+Importing this package imports neither torch nor the extension; :func:`load` does both.
+
+Environment: ``DMLPATCH_SIM_PROFILE`` (profile), ``DMLPATCH_SIM_DEVICES`` (adapters, default 1),
+``DMLPATCH_SIM_FLOAT64=0`` (no float64 support), ``DMLPATCH_TRACE=1`` (record the stack of the
+first call of each fallback/refused op), ``DMLPATCH_SIM_FAULT=drop-scalar-writes`` (single-element
+writes silently do nothing, as reported for DirectML).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dmlpatch.errors import DeviceUnavailable
+from dmlpatch.sim import _state
+from dmlpatch.sim import profile_table as _profiles
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "buildable",
+    "counters",
+    "device",
+    "device_count",
+    "device_name",
+    "is_loaded",
+    "load",
+    "profile",
+    "profiles",
+    "reset_counters",
+]
+
+
+def load(profile: str | None = None) -> None:
+    """Build (first use only) and load the simulated device; idempotent.
+
+    ``profile`` defaults to ``$DMLPATCH_SIM_PROFILE``, else ``torch-directml-0.2.5``. Raises
+    :class:`~dmlpatch.errors.DeviceUnavailable` with a one-line reason when the device cannot
+    be used (no compiler, unknown profile, torch_directml imported, build failure).
+    """
+    from dmlpatch.sim import backend
+
+    backend.load(profile)
+
+
+def is_loaded() -> bool:
+    """Whether :func:`load` has succeeded in this process."""
+    return _state.CURRENT is not None
+
+
+def _require() -> _state.Loaded:
+    if _state.CURRENT is None:
+        raise DeviceUnavailable("the simulated DirectML device is not loaded (call load())")
+    return _state.CURRENT
+
+
+def device(index: int = 0) -> torch.device:
+    """``torch.device('privateuseone', index)``."""
+    import torch
+
+    loaded = _require()
+    if not 0 <= index < loaded.devices:
+        raise DeviceUnavailable(
+            f"simulated adapter {index} does not exist; there are {loaded.devices}"
+        )
+    return torch.device("privateuseone", index)
+
+
+def device_count() -> int:
+    """Number of simulated adapters (0 before :func:`load`)."""
+    return _state.device_count()
+
+
+def device_name(index: int = 0) -> str:
+    """The adapter's name, e.g. ``Simulated Radeon (discrete)``."""
+    loaded = _require()
+    if not 0 <= index < loaded.devices:
+        raise DeviceUnavailable(
+            f"simulated adapter {index} does not exist; there are {loaded.devices}"
+        )
+    return _state.device_name(index)
+
+
+def profile() -> str:
+    """The loaded profile's name (the one :func:`load` would use, before loading)."""
+    if _state.CURRENT is not None:
+        return _state.CURRENT.profile
+    return _profiles.resolve().name
+
+
+def profiles() -> list[str]:
+    """Valid profile names, default first."""
+    return _profiles.names()
+
+
+def counters() -> dict[str, Any]:
+    """Transfers, syncs and per-operator calls since the last reset (JSON-able)."""
+    _require()
+    from dmlpatch.sim import counting as _counters
+
+    return _counters.snapshot()
+
+
+def reset_counters() -> None:
+    """Zero every counter and forget recorded first-call stacks."""
+    _require()
+    from dmlpatch.sim import counting as _counters
+
+    _counters.reset()
+
+
+def buildable() -> tuple[bool, str]:
+    """Whether the extension can be compiled here (a C++ compiler and ninja), and why not."""
+    from dmlpatch.sim import build
+
+    return build.buildable()

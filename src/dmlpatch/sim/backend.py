@@ -1,0 +1,122 @@
+"""Loading the simulated device into this process (once): checks, build, configuration."""
+
+from __future__ import annotations
+
+import importlib.abc
+import os
+import sys
+import threading
+from typing import Any
+
+from dmlpatch.errors import DeviceUnavailable
+from dmlpatch.sim import _state
+from dmlpatch.sim import profile_table as profiles
+
+DEVICES_ENV = "DMLPATCH_SIM_DEVICES"
+FLOAT64_ENV = "DMLPATCH_SIM_FLOAT64"
+FAULT_ENV = "DMLPATCH_SIM_FAULT"
+FAULTS = ("drop-scalar-writes",)
+
+_lock = threading.Lock()
+
+
+class _TorchDirectmlBlocker(importlib.abc.MetaPathFinder):
+    """Once the simulator owns PrivateUse1, importing torch_directml fails with one line."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname == "torch_directml":
+            raise ImportError(
+                "torch_directml cannot be imported: the simulated DirectML device (dmlpatch "
+                "--device sim) already owns the PrivateUse1 backend in this process"
+            )
+
+
+def _env_settings() -> tuple[int, bool, bool, str]:
+    raw = os.environ.get(DEVICES_ENV, "1")
+    try:
+        devices = int(raw)
+    except ValueError:
+        devices = 0
+    if devices < 1:
+        raise DeviceUnavailable(f"{DEVICES_ENV} must be a whole number >= 1, got {raw!r}")
+    fault = os.environ.get(FAULT_ENV, "")
+    if fault and fault not in FAULTS:
+        raise DeviceUnavailable(
+            f"unknown {FAULT_ENV} {fault!r}; valid values: {', '.join(FAULTS)}"
+        )
+    float64 = os.environ.get(FLOAT64_ENV, "1") != "0"
+    from dmlpatch.sim.counting import trace_requested
+
+    return devices, float64, trace_requested(), fault
+
+
+def _check_backend_free() -> None:
+    if "torch_directml" in sys.modules:
+        raise DeviceUnavailable(
+            "torch_directml is already imported: it and the simulated device cannot share the "
+            "PrivateUse1 backend in one process (use --device dml, or do not import it)"
+        )
+    import torch
+
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuse1", "privateuseone"):
+        raise DeviceUnavailable(
+            f"the PrivateUse1 backend is already named {name!r} in this process; "
+            "the simulated device needs it as 'privateuseone'"
+        )
+    if hasattr(torch, "privateuseone"):
+        raise DeviceUnavailable(
+            "another PrivateUse1 device module is already registered in this process"
+        )
+
+
+def load(profile: str | None = None) -> None:
+    """See :func:`dmlpatch.sim.load`."""
+    chosen = profiles.resolve(profile)
+    with _lock:
+        if _state.CURRENT is not None:
+            if chosen.name != _state.CURRENT.profile:
+                raise DeviceUnavailable(
+                    f"the simulated device is already loaded with profile "
+                    f"{_state.CURRENT.profile!r}; profiles cannot change within a process"
+                )
+            return
+        devices, float64, trace, fault = _env_settings()
+        _check_backend_free()
+        _load(chosen, devices, float64, trace, fault)
+
+
+def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool,
+          fault: str) -> None:
+    import torch
+
+    from dmlpatch.sim import build, counting, device_module, opindex, rnn
+
+    path = build.ensure_built()
+    torch.ops.load_library(str(path))
+    # at::getAccelerator() only sees PrivateUse1 once the backend is named (autograd needs it).
+    torch.utils.rename_privateuse1_backend("privateuseone")
+    counting.install_hook()  # before any operator can reach the fallback
+    ops = torch.ops.dmlpatch_sim
+    ops.configure(devices, float64, trace, fault)
+
+    index = opindex.load_index(path.parent)
+    native = opindex.native_set(opindex.listed_ops(), index)
+    default_class = 1 if chosen.has_gaps else 0
+    ops.set_classes(
+        default_class,
+        "\n".join("aten::" + n for n in sorted(native)),
+        "\n".join(opindex.HOST_TENSORS_OK),
+    )
+    for rule in chosen.rules:
+        ops.add_rule(rule.op, rule.predicate, ",".join(rule.args), rule.limit, rule.message)
+    direct = opindex.direct_registrations(index, {r.op for r in chosen.rules}, native)
+    failed = ops.register_direct("".join(f"{k}\t{v}\n" for k, v in sorted(direct.items())))
+    if failed and os.environ.get("DMLPATCH_DEBUG") == "1":
+        print(f"dmlpatch: sim kernels not registered: {failed.split()}", file=sys.stderr)
+
+    device_module.install()
+    if chosen.fused_rnn_cells:
+        rnn.install()
+    sys.meta_path.insert(0, _TorchDirectmlBlocker())
+    _state.CURRENT = _state.Loaded(chosen.name, devices, float64, trace)

@@ -1,0 +1,98 @@
+"""Transfer, sync and per-operator counters kept by the C++ backend, as a JSON-able dict.
+
+Counts are per call and come from the kernels themselves (never from warnings, which fire once
+per operator). The backend reports the first call of each fallback operator (and, with
+``DMLPATCH_TRACE=1``, of each refused one) through ``dmlpatch_sim::_notify``; the hook below
+issues DirectML's warning as a Python UserWarning and records the Python stack of that call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+import warnings
+from typing import Any, Optional
+
+import torch
+
+TRACE_ENV = "DMLPATCH_TRACE"
+
+_first_calls: dict[str, str] = {}
+_first_calls_lock = threading.Lock()
+_hook_library: Optional[torch.library.Library] = None
+
+# Frames of the hook's own dispatch, dropped from the end of recorded stacks.
+_INTERNAL = (
+    os.sep + os.path.join("torch", "_ops.py"),
+    os.sep + os.path.join("torch", "library.py"),
+    os.sep + os.path.join("torch", "_library") + os.sep,
+    __file__,
+)
+
+
+def trace_requested() -> bool:
+    return os.environ.get(TRACE_ENV, "") == "1"
+
+
+def fallback_warning(name: str) -> str:
+    """torch-directml's CPU-fallback warning, verbatim (shared/dml/errors.md)."""
+    return (
+        f"The operator '{name}' is not currently supported on the DML backend and will fall "
+        "back to run on the CPU. This may have performance implications."
+    )
+
+
+def _internal(filename: str) -> bool:
+    return any(part in filename for part in _INTERNAL)
+
+
+def _notify(anchor: torch.Tensor, name: str, warn: bool, trace: str) -> None:
+    if warn:
+        # Attribute the warning to the first frame outside the op-dispatch machinery.
+        # On autograd's worker threads there may be no Python caller at all.
+        level, frame = 1, sys._getframe(0).f_back
+        while frame is not None and _internal(frame.f_code.co_filename):
+            level, frame = level + 1, frame.f_back
+        warnings.warn(fallback_warning(name), UserWarning, stacklevel=level + 1 if frame else 1)
+    if trace:
+        frames = traceback.extract_stack()
+        while frames and _internal(frames[-1].filename):
+            frames.pop()
+        with _first_calls_lock:
+            _first_calls.setdefault(name, "".join(traceback.format_list(frames)))
+
+
+def install_hook() -> None:
+    """Implement ``dmlpatch_sim::_notify`` (once per process)."""
+    global _hook_library
+    if _hook_library is None:
+        library = torch.library.Library("dmlpatch_sim", "IMPL")
+        library.impl("_notify", _notify, "CPU")
+        _hook_library = library
+
+
+def snapshot() -> dict[str, Any]:
+    """Counters since the last reset (see :func:`dmlpatch.sim.counters`)."""
+    transfers: dict[str, dict[str, int]] = {}
+    syncs = 0
+    ops: dict[str, dict[str, int]] = {"native": {}, "fallback": {}, "refused": {}}
+    for line in torch.ops.dmlpatch_sim.counters().splitlines():
+        fields = line.split("\t")
+        if fields[0] == "transfer":
+            transfers[fields[1]] = {"count": int(fields[2]), "bytes": int(fields[3])}
+        elif fields[0] == "syncs":
+            syncs = int(fields[1])
+        else:
+            table = ops[fields[0]]
+            table[fields[1]] = table.get(fields[1], 0) + int(fields[2])
+    with _first_calls_lock:
+        first_calls = dict(_first_calls)
+    return {"transfers": transfers, "syncs": syncs, "ops": ops, "first_calls": first_calls}
+
+
+def reset() -> None:
+    torch.ops.dmlpatch_sim.reset_counters()
+    with _first_calls_lock:
+        _first_calls.clear()

@@ -1,0 +1,102 @@
+// The Python-facing control surface (torch.ops.dmlpatch_sim.*): configuration from the
+// profile table, counters, and the trace hook. Defined as custom operators so the extension
+// needs no pybind11 and loads in milliseconds.
+#include "sim.h"
+
+#include <sstream>
+
+#include <ATen/ops/empty.h>
+
+namespace dmlsim {
+namespace {
+
+std::atomic<int64_t> g_transfer_count[3];
+std::atomic<int64_t> g_transfer_bytes[3];
+std::atomic<int64_t> g_syncs{0};
+
+void configure(int64_t devices, bool float64, bool trace, const std::string& fault) {
+  TORCH_CHECK(devices >= 1, "DMLPATCH_SIM_DEVICES must be at least 1");
+  set_device_count(static_cast<c10::DeviceIndex>(devices));
+  config().float64 = float64;
+  config().trace = trace;
+  config().drop_scalar_writes = fault == "drop-scalar-writes";
+}
+
+std::string counters_text() {
+  static const char* kinds[] = {"h2d", "d2h", "d2d"};
+  std::ostringstream out;
+  for (int i = 0; i < 3; ++i) {
+    out << "transfer\t" << kinds[i] << '\t' << g_transfer_count[i].load() << '\t'
+        << g_transfer_bytes[i].load() << '\n';
+  }
+  out << "syncs\t" << g_syncs.load() << '\n';
+  for (OpRecord* rec : all_records()) {
+    const int64_t calls = rec->calls.load();
+    const int64_t refused = rec->refused.load();
+    if (calls > 0) {
+      out << (rec->cls == OpClass::Native ? "native" : "fallback") << '\t' << rec->name << '\t'
+          << calls << '\n';
+    }
+    if (refused > 0) out << "refused\t" << rec->name << '\t' << refused << '\n';
+  }
+  return out.str();
+}
+
+void reset_counters() {
+  for (int i = 0; i < 3; ++i) {
+    g_transfer_count[i].store(0);
+    g_transfer_bytes[i].store(0);
+  }
+  g_syncs.store(0);
+  for (OpRecord* rec : all_records()) {
+    rec->calls.store(0);
+    rec->refused.store(0);
+    rec->traced.store(false);
+  }
+}
+
+int64_t set_classes_op(int64_t default_class, const std::string& native,
+                       const std::string& host_ok) {
+  set_classes(default_class, native, host_ok);
+  return 0;
+}
+
+}  // namespace
+
+Config& config() {
+  static Config c;
+  return c;
+}
+
+void count_transfer(Transfer kind, int64_t bytes) {
+  const int i = static_cast<int>(kind);
+  g_transfer_count[i].fetch_add(1, std::memory_order_relaxed);
+  g_transfer_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void count_sync() { g_syncs.fetch_add(1, std::memory_order_relaxed); }
+
+void notify_python(const OpRecord* rec, bool warn, const char* trace) {
+  // The hook is implemented in Python (dmlpatch.sim.counting); it dispatches on a CPU tensor
+  // so that it needs no device of its own.
+  static const auto hook =
+      c10::Dispatcher::singleton().findSchemaOrThrow("dmlpatch_sim::_notify", "");
+  torch::jit::Stack stack;
+  stack.emplace_back(at::empty({0}));
+  stack.emplace_back(rec->name);
+  stack.emplace_back(warn);
+  stack.emplace_back(std::string(trace));
+  hook.callBoxed(&stack);
+}
+
+TORCH_LIBRARY(dmlpatch_sim, m) {
+  m.def("configure(int devices, bool float64, bool trace, str fault) -> ()", &configure);
+  m.def("set_classes(int default_class, str native, str host_ok) -> int", &set_classes_op);
+  m.def("add_rule(str op, str predicate, str args, int limit, str message) -> ()", &add_rule);
+  m.def("register_direct(str names) -> str", &register_direct);
+  m.def("counters() -> str", &counters_text);
+  m.def("reset_counters() -> ()", &reset_counters);
+  m.def("_notify(Tensor anchor, str name, bool warn, str trace) -> ()");
+}
+
+}  // namespace dmlsim

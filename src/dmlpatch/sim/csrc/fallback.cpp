@@ -1,0 +1,385 @@
+// The boxed fallback: every operator without an explicit kernel runs its CPU kernel on
+// zero-copy CPU aliases of the device tensors. Before that it applies the profile: refusal
+// rules (DirectML's RuntimeErrors), the once-per-operator CPU-fallback warning and counting.
+#include "sim.h"
+
+#include <memory>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <c10/util/SmallVector.h>
+
+namespace dmlsim {
+
+struct Rule {
+  std::string predicate;
+  std::vector<std::string> args;
+  int64_t limit = 0;
+  std::string message;
+};
+
+namespace {
+
+// What the fallback needs to know about one operator overload, resolved on its first call.
+struct OpEntry {
+  OpRecord* rec = nullptr;
+  bool host_tensors_ok = false;  // exempt from the same-device check
+  // Refusal rules for this overload, with the schema positions of the arguments they read.
+  std::vector<std::pair<const Rule*, std::vector<int>>> rules;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<std::string, OpRecord*> by_name;
+  std::unordered_map<std::string, std::string> reported_as;
+  std::unordered_map<const void*, OpEntry*> by_handle;
+  std::vector<OpRecord*> all;
+  OpClass default_class = OpClass::Native;
+  std::unordered_set<std::string> native;
+  std::unordered_set<std::string> host_ok;  // operator names without overload
+  std::unordered_map<std::string, std::vector<std::unique_ptr<Rule>>> rules;
+  std::vector<std::unique_ptr<torch::Library>> libraries;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: records outlive static teardown
+  return *r;
+}
+
+std::string qualified(const c10::OperatorName& n) {
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+OpRecord* make_record(Registry& reg, const std::string& name) {
+  auto* rec = new OpRecord();
+  rec->name = name;
+  rec->cls = reg.native.count(name) ? OpClass::Native : reg.default_class;
+  reg.by_name.emplace(name, rec);
+  reg.all.push_back(rec);
+  return rec;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// ---- refusal rules ----
+
+std::string fill_rank(std::string message, int64_t rank) {
+  const auto pos = message.find("{n}");
+  if (pos != std::string::npos) message.replace(pos, 3, std::to_string(rank));
+  return message;
+}
+
+int64_t rank_of(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().dim();
+  if (v.isIntList()) return static_cast<int64_t>(v.toIntList().size());
+  return 0;
+}
+
+// Returns the message of the first rule the call breaks, or nullptr.
+const std::string* broken_rule(const OpEntry* rec, const torch::jit::Stack& stack, size_t base,
+                               std::string& scratch) {
+  for (const auto& [rule, idx] : rec->rules) {
+    auto arg = [&](size_t i) -> const c10::IValue& { return stack[base + idx[i]]; };
+    const std::string& p = rule->predicate;
+    if (p == "always") return &rule->message;
+    if (p == "flag") {
+      for (size_t i = 0; i < idx.size(); ++i) {
+        if (arg(i).isBool() && arg(i).toBool()) return &rule->message;
+      }
+    } else if (p == "present") {
+      for (size_t i = 0; i < idx.size(); ++i) {
+        if (!arg(i).isNone()) return &rule->message;
+      }
+    } else if (p == "rank_above") {
+      int64_t rank = 0;
+      for (size_t i = 0; i < idx.size(); ++i) rank = std::max(rank, rank_of(arg(i)));
+      if (rank > rule->limit) {
+        scratch = fill_rank(rule->message, rank);
+        return &scratch;
+      }
+    } else if (p == "same_shape") {
+      // args: index, src — refused when src is a tensor whose shape differs from index.
+      if (idx.size() == 2 && arg(0).isTensor() && arg(1).isTensor() &&
+          arg(0).toTensor().sizes() != arg(1).toTensor().sizes()) {
+        return &rule->message;
+      }
+    } else if (p == "only_dim_differs") {
+      // args: self, dim, index — refused when index and self differ outside `dim`.
+      if (idx.size() == 3 && arg(0).isTensor() && arg(2).isTensor()) {
+        const at::Tensor& self = arg(0).toTensor();
+        const at::Tensor& index = arg(2).toTensor();
+        const int64_t dim = c10::maybe_wrap_dim(arg(1).toInt(), self.dim());
+        if (index.dim() == self.dim()) {
+          for (int64_t d = 0; d < self.dim(); ++d) {
+            if (d != dim && index.size(d) != self.size(d)) return &rule->message;
+          }
+        }
+      }
+    }
+  }
+  return nullptr;
+}
+
+// ---- argument and result conversion ----
+
+struct Call {
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 8> storages;
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 8> tensors;  // (device, CPU alias)
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> fresh;
+  c10::DeviceIndex index = -1;
+  c10::optional<c10::Device> stranger;  // a tensor on another device
+
+  at::Tensor to_cpu(const at::Tensor& t) {
+    if (!t.defined()) return t;
+    if (t.device().type() != kSim) {
+      // CPU scalars (0-dim) are allowed beside device tensors, as in PyTorch.
+      if (t.dim() > 0 && !stranger) stranger = t.device();
+      return t;
+    }
+    const c10::DeviceIndex i = t.device().index();
+    if (index < 0) {
+      index = i;
+    } else if (i != index && !stranger) {
+      stranger = t.device();
+    }
+    for (const auto& p : tensors) {
+      if (p.first.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return p.second;
+    }
+    c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
+    c10::Storage cpu_storage;
+    for (const auto& p : storages) {
+      if (p.first == si) cpu_storage = p.second;
+    }
+    if (!cpu_storage) {
+      cpu_storage = cpu_storage_alias(t.storage());
+      storages.emplace_back(si, cpu_storage);
+    }
+    at::Tensor cpu = cpu_view_of(cpu_storage, t);
+    tensors.emplace_back(t, cpu);
+    return cpu;
+  }
+
+  c10::IValue to_cpu(const c10::IValue& v) {
+    if (v.isTensor()) return to_cpu(v.toTensor());
+    if (v.isDevice()) {
+      const c10::Device d = v.toDevice();
+      if (d.type() != kSim) return v;
+      if (index < 0 && d.has_index()) index = d.index();
+      return c10::Device(c10::kCPU);
+    }
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      const auto in = v.toTensorList();
+      out.reserve(in.size());
+      for (const at::Tensor& t : in) out.push_back(to_cpu(t));
+      return out;
+    }
+    if (v.isList()) {  // Tensor?[] (indices of index/index_put)
+      auto list = v.toList();
+      bool has_tensor = false;
+      for (const c10::IValue& e : list) has_tensor = has_tensor || e.isTensor();
+      if (!has_tensor) return v;
+      auto out = c10::impl::GenericList(list.elementType());
+      out.reserve(list.size());
+      for (const c10::IValue& e : list) out.push_back(e.isTensor() ? to_cpu(e.toTensor()) : e);
+      return out;
+    }
+    return v;
+  }
+
+  at::Tensor to_device(const at::Tensor& r) {
+    if (!r.defined() || r.device().type() == kSim) return r;
+    for (const auto& p : tensors) {
+      if (p.second.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return p.first;
+    }
+    c10::StorageImpl* si = r.storage().unsafeGetStorageImpl();
+    for (const auto& p : storages) {
+      // A view of an argument: keep it a view of the argument's device storage.
+      if (p.second.unsafeGetStorageImpl() == si) {
+        for (const auto& t : tensors) {
+          if (t.second.storage().unsafeGetStorageImpl() == si) {
+            return device_view(t.first.storage(), r);
+          }
+        }
+      }
+    }
+    for (const auto& p : fresh) {
+      if (p.first == si) return device_view(p.second, r);
+    }
+    const c10::DeviceIndex target = index >= 0 ? index : current_device();
+    check_dtype(r.scalar_type(), target);
+    at::Tensor t = adopt_cpu(r, target);
+    fresh.emplace_back(si, t.storage());
+    return t;
+  }
+
+  c10::IValue to_device(const c10::IValue& v) {
+    if (v.isTensor()) return to_device(v.toTensor());
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      const auto in = v.toTensorList();
+      out.reserve(in.size());
+      for (const at::Tensor& t : in) out.push_back(to_device(t));
+      return out;
+    }
+    return v;
+  }
+};
+
+bool is_scalar_write(const c10::OperatorName& name, const torch::jit::Stack& stack,
+                     size_t base) {
+  if (name.name != "aten::fill_") return false;
+  const at::Tensor& self = stack[base].toTensor();
+  return self.numel() == 1 &&
+         self.storage().nbytes() > static_cast<size_t>(self.element_size());
+}
+
+}  // namespace
+
+OpRecord* op_record(const std::string& name) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto it = reg.by_name.find(name);
+  return it != reg.by_name.end() ? it->second : make_record(reg, name);
+}
+
+OpEntry* op_entry(const c10::OperatorHandle& op) {
+  Registry& reg = registry();
+  const void* key = &op.operator_name();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto hit = reg.by_handle.find(key);
+  if (hit != reg.by_handle.end()) return hit->second;
+  auto* entry = new OpEntry();
+  std::string name = qualified(op.operator_name());
+  auto alias = reg.reported_as.find(name);
+  if (alias != reg.reported_as.end()) name = alias->second;
+  auto it = reg.by_name.find(name);
+  entry->rec = it != reg.by_name.end() ? it->second : make_record(reg, name);
+  entry->host_tensors_ok = reg.host_ok.count(op.operator_name().name) > 0;
+  const auto& schema = op.schema();
+  auto rules = reg.rules.find(op.operator_name().name);
+  if (rules != reg.rules.end()) {
+    for (const auto& rule : rules->second) {
+      std::vector<int> idx;
+      bool complete = true;
+      for (const std::string& a : rule->args) {
+        auto pos = schema.argumentIndexWithName(a);
+        if (!pos) complete = false;
+        else idx.push_back(static_cast<int>(*pos));
+      }
+      if (complete) entry->rules.emplace_back(rule.get(), std::move(idx));
+    }
+  }
+  reg.by_handle.emplace(key, entry);
+  return entry;
+}
+
+std::vector<OpRecord*> all_records() {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  return reg.all;
+}
+
+void set_classes(int64_t default_class, const std::string& native, const std::string& host_ok) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  reg.default_class = static_cast<OpClass>(default_class);
+  for (auto& n : split(native, '\n')) reg.native.insert(n);
+  for (auto& n : split(host_ok, '\n')) reg.host_ok.insert(n);
+  for (OpRecord* rec : reg.all) {
+    rec->cls = reg.native.count(rec->name) ? OpClass::Native : reg.default_class;
+  }
+}
+
+void add_rule(const std::string& op, const std::string& predicate, const std::string& args,
+              int64_t limit, const std::string& message) {
+  auto rule = std::make_unique<Rule>();
+  rule->predicate = predicate;
+  rule->args = split(args, ',');
+  rule->limit = limit;
+  rule->message = message;
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  reg.rules[op].push_back(std::move(rule));
+}
+
+std::string register_direct(const std::string& names) {
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                              c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  std::string failed;
+  for (const std::string& line : split(names, '\n')) {
+    const auto tab = line.find('\t');
+    const std::string name = line.substr(0, tab);
+    if (tab != std::string::npos && tab + 1 < line.size()) {
+      Registry& reg = registry();
+      std::lock_guard<std::mutex> lock(reg.mu);
+      reg.reported_as["aten::" + name] = "aten::" + line.substr(tab + 1);
+    }
+    try {
+      lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&sim_fallback>());
+    } catch (const c10::Error&) {
+      failed += name + "\n";
+    }
+  }
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  reg.libraries.push_back(std::move(lib));
+  return failed;
+}
+
+void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  OpEntry* entry = op_entry(op);
+  OpRecord* rec = entry->rec;
+  const size_t nargs = op.schema().arguments().size();
+  const size_t base = stack->size() - nargs;
+
+  if (!entry->rules.empty()) {
+    std::string scratch;
+    if (const std::string* message = broken_rule(entry, *stack, base, scratch)) {
+      rec->refused.fetch_add(1, std::memory_order_relaxed);
+      if (config().trace && !rec->traced.exchange(true)) notify_python(rec, false, "refused");
+      TORCH_CHECK(false, *message);
+    }
+  }
+  count_call(rec);
+  if (rec->cls == OpClass::Fallback) {
+    const bool warn = !rec->warned.exchange(true);
+    const bool trace = config().trace && !rec->traced.exchange(true);
+    if (warn || trace) notify_python(rec, warn, trace ? "fallback" : "");
+  }
+
+  Call call;
+  for (size_t i = base; i < stack->size(); ++i) (*stack)[i] = call.to_cpu((*stack)[i]);
+  if (call.stranger && !entry->host_tensors_ok) {
+    const c10::Device mine(kSim, call.index < 0 ? 0 : call.index);
+    TORCH_CHECK(false,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                mine, " and ", *call.stranger, "!");
+  }
+  if (config().drop_scalar_writes && is_scalar_write(op.operator_name(), *stack, base)) {
+    // Fault injection: DirectML reportedly drops single-element writes (errors.md).
+    const c10::IValue self = (*stack)[base];
+    torch::jit::drop(*stack, nargs);
+    stack->push_back(call.to_device(self));
+    return;
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  const size_t nret = op.schema().returns().size();
+  for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+    (*stack)[i] = call.to_device((*stack)[i]);
+  }
+  for (const auto& p : call.tensors) sync_back(p.first, p.second);
+}
+
+}  // namespace dmlsim

@@ -1,0 +1,94 @@
+// Shared declarations of the simulated DirectML backend (PrivateUse1 over CPU memory).
+//
+// Kept to the API surface that exists from torch 2.4 (torch-directml's pin) to current
+// releases; every version-dependent spelling is isolated in this header.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Storage.h>
+#include <torch/library.h>
+
+namespace dmlsim {
+
+constexpr c10::DeviceType kSim = c10::DeviceType::PrivateUse1;
+
+// ---- device state (device.cpp) ----
+c10::DeviceIndex device_count();
+void set_device_count(c10::DeviceIndex n);
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+void check_index(c10::DeviceIndex index);
+c10::Allocator* allocator();
+// Grows (or shrinks) a simulated storage in place, keeping its contents; `sim` storages are
+// resizable like CUDA's.
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
+
+// ---- configuration (api.cpp) ----
+struct Config {
+  bool float64 = true;         // has_float64_support()
+  bool trace = false;          // DMLPATCH_TRACE=1: report the first call of gapped ops
+  bool drop_scalar_writes = false;  // fault injection, see profiles.py
+};
+Config& config();
+void check_dtype(c10::ScalarType dtype, c10::DeviceIndex index);
+
+// ---- counters (api.cpp) ----
+enum class Transfer { H2D = 0, D2H = 1, D2D = 2 };
+void count_transfer(Transfer kind, int64_t bytes);
+void count_sync();
+
+// How an operator behaves on the simulated device, decided once per operator.
+enum class OpClass : int { Native = 0, Fallback = 1 };
+
+// Counts and warning state under the name DirectML would report: structured functional and
+// in-place variants report as their .out kernel, as torch-directml's fallback sees them.
+struct OpRecord {
+  std::string name;  // "aten::add.out"
+  OpClass cls = OpClass::Native;
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> refused{0};
+  std::atomic<bool> warned{false};
+  std::atomic<bool> traced{false};
+};
+
+// The record of an operator (created on first use, never freed).
+OpRecord* op_record(const std::string& name);
+std::vector<OpRecord*> all_records();
+// Counts one call of an explicitly implemented (native) kernel.
+inline void count_call(OpRecord* rec) {
+  rec->calls.fetch_add(1, std::memory_order_relaxed);
+}
+// Tells Python about the first call of a gapped operator: `warn` issues DirectML's CPU-fallback
+// warning (a Python UserWarning, so filters and pytest see it whatever called the op);
+// `trace` ("fallback"/"refused", or "" for none) records the caller's stack (DMLPATCH_TRACE=1).
+void notify_python(const OpRecord* rec, bool warn, const char* trace);
+
+// ---- zero-copy views between the device and the CPU (alias.cpp) ----
+// A CPU tensor over the same memory as `t` (a simulated tensor); nothing is copied.
+at::Tensor cpu_alias(const at::Tensor& t);
+c10::Storage cpu_storage_alias(const c10::Storage& device_storage);
+// A CPU tensor with `t`'s geometry over `cpu_storage` (an alias of t's storage).
+at::Tensor cpu_view_of(const c10::Storage& cpu_storage, const at::Tensor& t);
+// A simulated tensor adopting the memory of a CPU tensor `r` (kept alive, not copied).
+at::Tensor adopt_cpu(const at::Tensor& r, c10::DeviceIndex index);
+at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& cpu_view);
+// After a CPU kernel wrote to `cpu` (an alias of `dev`), make `dev` match it: new shape,
+// and new memory if the kernel had to reallocate.
+void sync_back(const at::Tensor& dev, const at::Tensor& cpu);
+
+// ---- the boxed CPU fallback (fallback.cpp) ----
+void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+// `names`: lines "overload<TAB>reported-as" (reported-as may be empty).
+std::string register_direct(const std::string& names);
+void add_rule(const std::string& op, const std::string& predicate, const std::string& args,
+              int64_t limit, const std::string& message);
+void set_classes(int64_t default_class, const std::string& native, const std::string& host_ok);
+
+}  // namespace dmlsim

@@ -1,0 +1,196 @@
+"""DirectML's gaps, exactly as it reports them, and the profile switch that changes them.
+
+Each profile needs its own process (the backend loads once), so the probe below runs in a
+subprocess per profile and reports every outcome as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.sim.helpers import run_json, run_python
+
+from dmlpatch.sim import opindex
+from dmlpatch.sim.profile_table import PROFILES, RULES_0_2_5
+
+PROBE = """
+import json, warnings, torch, dmlpatch.sim as sim
+import torch.nn.functional as F
+sim.load()
+d = sim.device()
+x = torch.tensor([3, 1, 1, 2], device=d)
+img = torch.randn(1, 1, 4, 4).to(d)
+cases = {
+    "unique_counts": lambda: torch.unique(x, return_counts=True),
+    "unique_inverse": lambda: torch.unique(x, return_inverse=True),
+    "unique_both": lambda: torch.unique(x, return_inverse=True, return_counts=True),
+    "unique_plain": lambda: torch.unique(x),
+    "avg_pool2d_divisor": lambda: F.avg_pool2d(img, 2, divisor_override=3),
+    "avg_pool3d_divisor": lambda: F.avg_pool3d(img[None], (1, 2, 2), divisor_override=3),
+    "avg_pool2d_plain": lambda: F.avg_pool2d(img, 2),
+    "repeat_5d": lambda: torch.ones(1, 1, 1, 1, 2, device=d).repeat(1, 1, 1, 1, 2),
+    "repeat_grows_to_5d": lambda: torch.ones(2, 2, device=d).repeat(1, 1, 1, 2, 1),
+    "repeat_4d": lambda: torch.ones(1, 1, 1, 2, device=d).repeat(1, 1, 2, 2),
+    "scatter_src_shape": lambda: torch.zeros(3, 4, device=d).scatter_(
+        1, torch.zeros(3, 2, dtype=torch.long, device=d), torch.ones(3, 4, device=d)),
+    "scatter_partial": lambda: torch.zeros(3, 4, device=d).scatter(
+        1, torch.zeros(2, 2, dtype=torch.long, device=d), torch.ones(2, 2, device=d)),
+    "scatter_value_partial": lambda: torch.zeros(3, 4, device=d).scatter(
+        1, torch.zeros(2, 1, dtype=torch.long, device=d), 1.0),
+    "scatter_ok": lambda: torch.zeros(3, 4, device=d).scatter(
+        1, torch.zeros(3, 1, dtype=torch.long, device=d), 1.0),
+    "one_hot": lambda: F.one_hot(torch.tensor([0, 2], device=d), 3),
+    "normal_": lambda: torch.empty(3, device=d).normal_(),
+    "randn": lambda: torch.randn(3, device=d),
+    "float64": lambda: torch.ones(2, dtype=torch.float64, device=d) + 1,
+    "float64_to": lambda: torch.ones(2).double().to(d),
+    "lstm": lambda: torch.nn.LSTM(2, 2).to(d)(torch.randn(1, 1, 2).to(d)),
+}
+out = {}
+for name, fn in cases.items():
+    try:
+        fn()
+        out[name] = ["ok", ""]
+    except Exception as e:
+        out[name] = [type(e).__name__, str(e).splitlines()[0]]
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    for _ in range(3):
+        torch.lerp(torch.ones(2, device=d), torch.zeros(2, device=d), 0.5)
+        torch.atan2(torch.ones(2, device=d), torch.ones(2, device=d))
+out["warnings"] = [[w.category.__name__, str(w.message), w.filename] for w in seen]
+out["counters"] = sim.counters()["ops"]
+out["profile"] = sim.profile()
+out["has_float64_support"] = torch.privateuseone.has_float64_support()
+print(json.dumps(out))
+"""
+
+FALLBACK_TEXT = (
+    "The operator 'aten::lerp.Scalar_out' is not currently supported on the DML backend and "
+    "will fall back to run on the CPU. This may have performance implications."
+)
+COUNTS = "Return counts not implemented for unique operator for DirectML."
+INVERSE = "Return inverse not implemented for unique operator for DirectML."
+DIVISOR = "Divisor override isn't supported for DirectML."
+SHAPE = "DirectML scatter doesn't allow for index and source to have different dimensions."
+PARTIAL = (
+    "DirectML scatter doesn't allow partially modified dimensions. Please update the dimension "
+    "so that the indices and input only differ in the provided dimension."
+)
+NORMAL = "Could not run 'aten::normal_' with arguments from the 'DML' backend."
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, Any]:
+    return {
+        "default": run_json(PROBE),
+        "torch-directml-0.2.5": run_json(PROBE, DMLPATCH_SIM_PROFILE="torch-directml-0.2.5"),
+        "pytorch-directml-1.8": run_json(PROBE, DMLPATCH_SIM_PROFILE="pytorch-directml-1.8"),
+        "permissive": run_json(PROBE, DMLPATCH_SIM_PROFILE="permissive"),
+        "no-float64": run_json(PROBE, DMLPATCH_SIM_FLOAT64="0"),
+    }
+
+
+def test_default_profile_is_0_2_5(outcomes: dict[str, Any]) -> None:
+    assert outcomes["default"]["profile"] == "torch-directml-0.2.5"
+    assert outcomes["default"] == outcomes["torch-directml-0.2.5"]
+
+
+def test_refusals_in_0_2_5(outcomes: dict[str, Any]) -> None:
+    o = outcomes["torch-directml-0.2.5"]
+    assert o["unique_counts"] == ["RuntimeError", COUNTS]
+    assert o["unique_inverse"] == ["RuntimeError", INVERSE]
+    assert o["unique_both"] == ["RuntimeError", COUNTS]
+    assert o["avg_pool2d_divisor"] == ["RuntimeError", DIVISOR]
+    assert o["avg_pool3d_divisor"] == ["RuntimeError", DIVISOR]
+    assert o["repeat_5d"] == ["RuntimeError",
+                              "the dimesion of at::Tensor must be 4 or lower, but got 5"]
+    assert o["repeat_grows_to_5d"] == ["RuntimeError",
+                                       "the dimesion of at::Tensor must be 4 or lower, but got 5"]
+    assert o["scatter_src_shape"] == ["RuntimeError", SHAPE]
+    assert o["scatter_partial"] == ["RuntimeError", PARTIAL]
+    assert o["scatter_value_partial"] == ["RuntimeError", PARTIAL]
+    for fine in ("unique_plain", "avg_pool2d_plain", "repeat_4d", "scatter_ok", "one_hot",
+                 "normal_", "randn", "float64", "float64_to"):
+        assert o[fine] == ["ok", ""], fine
+    assert o["lstm"][0] == "NotImplementedError"
+    assert "'aten::_thnn_fused_lstm_cell' with arguments from the 'CPU' backend" in o["lstm"][1]
+    assert o["counters"]["refused"]["aten::_unique2"] == 3
+
+
+def test_fallback_warning_once_per_op(outcomes: dict[str, Any]) -> None:
+    o = outcomes["torch-directml-0.2.5"]
+    lerp = [w for w in o["warnings"] if "lerp" in w[1]]
+    assert lerp == [["UserWarning", FALLBACK_TEXT, "<string>"]]  # attributed to the caller
+    assert not [w for w in o["warnings"] if "atan2" in w[1]]  # native (atan2.out is listed)
+    assert o["counters"]["fallback"]["aten::lerp.Scalar_out"] == 3
+    assert o["counters"]["native"]["aten::atan2.out"] == 3
+
+
+def test_pytorch_directml_1_8_lacks_normal(outcomes: dict[str, Any]) -> None:
+    o = outcomes["pytorch-directml-1.8"]
+    assert o["normal_"] == ["RuntimeError", NORMAL]
+    assert o["randn"] == ["RuntimeError", NORMAL]
+    assert o["unique_counts"] == ["RuntimeError", COUNTS]  # inherits 0.2.5's rules
+    assert o["counters"]["refused"]["aten::normal_"] == 2
+
+
+def test_permissive_has_no_gaps(outcomes: dict[str, Any]) -> None:
+    o = outcomes["permissive"]
+    for name, result in o.items():
+        if isinstance(result, list) and len(result) == 2 and isinstance(result[0], str):
+            assert result == ["ok", ""], name
+    assert o["warnings"] == []
+    assert o["counters"]["fallback"] == {} and o["counters"]["refused"] == {}
+    assert o["counters"]["native"]["aten::lerp.Scalar_out"] == 3
+
+
+def test_float64_switch(outcomes: dict[str, Any]) -> None:
+    o = outcomes["no-float64"]
+    text = ("privateuseone:0 has no float64 support (torch_directml.has_float64_support() is "
+            "False): use float32.")
+    assert o["float64"] == ["RuntimeError", text]
+    assert o["float64_to"] == ["RuntimeError", text]
+    assert o["has_float64_support"] is False
+    assert outcomes["default"]["has_float64_support"] is True
+
+
+def test_every_rule_has_a_source_and_is_exercised() -> None:
+    for profile in PROFILES.values():
+        for rule in profile.rules:
+            assert rule.source and rule.message
+    assert {r.op for r in RULES_0_2_5} == {"aten::_unique2", "aten::avg_pool2d",
+                                            "aten::avg_pool3d", "aten::scatter",
+                                            "aten::scatter_", "aten::repeat"}
+
+
+def test_merged_names_are_native() -> None:
+    index = opindex.load_index(None)
+    native = opindex.native_set(opindex.listed_ops(), index)
+    for name in (*opindex.EXPECTED_MERGED, "add.Tensor", "mul_.Tensor", "_softmax",
+                 "native_layer_norm", "view", "empty.memory_format"):
+        assert name in native, name
+    for name in ("lerp.Scalar_out", "_thnn_fused_lstm_cell", "atan2.Tensor" + "_nope"):
+        assert name not in native, name
+
+
+def test_fault_injection_drops_scalar_writes() -> None:
+    proc = run_python(
+        """
+        import torch, dmlpatch.sim as sim
+        sim.load()
+        t = torch.zeros(3, device=sim.device())
+        t[1] = 5.0
+        t.fill_(2.0)
+        print(t.cpu().tolist())
+        """,
+        DMLPATCH_SIM_FAULT="drop-scalar-writes",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[2.0, 2.0, 2.0]"
+    proc = run_python(
+        "import torch, dmlpatch.sim as sim\nsim.load()\n"
+        "t = torch.zeros(3, device=sim.device()); t[1] = 5.0; print(t.cpu().tolist())"
+    )
+    assert proc.stdout.strip() == "[0.0, 5.0, 0.0]"
