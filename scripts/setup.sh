@@ -11,3 +11,9 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
   "torch==2.14.1" "torchvision==0.29.1"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# The target libraries the end-to-end tests run for real. basicsr is an sdist whose build needs
+# torch: without build isolation pip uses the torch above instead of fetching a second one.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check \
+  setuptools wheel cython numpy
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
+  basicsr==1.4.2 facexlib==0.3.0 gfpgan==1.3.8 realesrgan==0.3.0 ultralytics==8.4.190

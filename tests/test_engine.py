@@ -228,3 +228,22 @@ def test_alias_only_where_the_module_is_missing(tmp_path: Path, setup) -> None:
     ]
     plain = run_python([str(script)], env=env)
     assert plain.code == 1 and "No module named 'fakelib.legacy'" in plain.err
+
+
+def test_run_console_script_with_patches(tmp_path: Path, setup) -> None:
+    env = setup()
+    site = Path(env["PYTHONPATH"])
+    info = next(site.glob("fakelib-*.dist-info"))
+    (info / "entry_points.txt").write_text("[console_scripts]\nfaketool = fakelib.cli:main\n")
+    (site / "fakelib" / "cli.py").write_text(
+        "import sys\n"
+        "def main():\n"
+        "    from fakelib import models\n"
+        "    print(sys.argv, models.patched(), models.Model().device)\n"
+        "    return 4\n"
+    )
+    result = run_python(
+        ["-m", "dmlpatch", "run", "--device", "sim", "faketool", "a", "-b"], env=env
+    )
+    assert result.code == 4, result.err
+    assert result.out == "['faketool', 'a', '-b'] True privateuseone:0\n"
