@@ -57,7 +57,9 @@ PER_CALL = textwrap.dedent(
     """
 )
 
-DMLPATCH_ACTIVE = "import dmlpatch, dmlpatch.engine; dmlpatch.engine.activate('sim'); dmlpatch.device()"
+DMLPATCH_ACTIVE = (
+    "import dmlpatch, dmlpatch.engine; dmlpatch.engine.activate('sim'); dmlpatch.device()"
+)
 # cuda-morph's activate() patches only when an Ascend NPU is present; its global patches of
 # torch.device and Tensor/Module.cuda are applied directly, as they are on an NPU machine.
 PEER_ACTIVE = (
