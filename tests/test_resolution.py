@@ -194,3 +194,71 @@ def test_unknown_spec_from_command_line_and_environment(tmp_path: Path) -> None:
         assert len(result.err_lines) == 1
         assert result.err_lines[0].startswith("dmlpatch: error: unknown device spec 'gpu0'")
         assert result.out == ""
+
+
+REAL_PACKAGE = "torch-directml==0.2.5.dev240914"
+
+
+@pytest.fixture(scope="module")
+def real_torch_directml(tmp_path_factory) -> Path:
+    """The real torch-directml wheel (no dependencies) in a directory of its own.
+
+    Its native library needs torch 2.4.1 and Windows/WSL2's D3D12: on this machine it fails
+    the ways users on plain Linux or with a replaced torch see it fail.
+    """
+    import subprocess
+    import sys
+
+    target = tmp_path_factory.mktemp("torch_directml")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(target),
+            REAL_PACKAGE,
+        ],
+        check=True,
+    )
+    return target
+
+
+def test_real_torch_directml_without_d3d12(real_torch_directml: Path, tmp_path: Path) -> None:
+    script = tmp_path / "program.py"
+    script.write_text("print('ran')\n")
+    result = run_python(
+        ["-m", "dmlpatch", "--device", "dml", str(script)],
+        env=clean_env(PYTHONPATH=str(real_torch_directml)),
+    )
+    assert result.code == 2
+    assert len(result.err_lines) == 1
+    assert result.err_lines[0].startswith(
+        "dmlpatch: error: DirectML unavailable: torch-directml cannot load its native library"
+    )
+    assert result.err_lines[0].endswith("DirectML works only on Windows and WSL2")
+
+
+def test_real_torch_directml_against_another_torch(
+    real_torch_directml: Path, tmp_path: Path
+) -> None:
+    """With its bundled D3D12 stubs found, the next failure is the binary torch pin."""
+    import torch
+
+    script = tmp_path / "program.py"
+    script.write_text("print('ran')\n")
+    env = clean_env(
+        PYTHONPATH=str(real_torch_directml),
+        LD_LIBRARY_PATH=str(real_torch_directml / "torch_directml"),
+    )
+    result = run_python(["-m", "dmlpatch", "--device", "dml", str(script)], env=env)
+    assert result.code == 2
+    assert result.err_lines == [
+        "dmlpatch: error: DirectML unavailable: torch-directml was built for torch==2.4.1 but "
+        f"torch {torch.__version__.split('+')[0]} is installed (undefined symbol); "
+        "fix: pip install torch==2.4.1 torchvision==0.19.1"
+    ]

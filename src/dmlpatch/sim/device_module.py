@@ -123,6 +123,8 @@ def _autocast_passes_through() -> None:
     to the backend, and without one every op under ``torch.autocast('privateuseone')`` fails.
     """
     library = torch.library.Library("_", "IMPL")
+    if not hasattr(library, "fallback"):
+        return  # torch < 2.5: no Library.fallback, and torch registers the fallthrough itself
     try:
         library.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     except RuntimeError:
