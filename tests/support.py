@@ -28,7 +28,12 @@ class Result:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLPATCH_")}
+    # DMLPATCH_CACHE_DIR is where the simulated device is built: keep it, drop the rest.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DMLPATCH_") or k == "DMLPATCH_CACHE_DIR"
+    }
     env.pop("PYTHONPATH", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(extra)

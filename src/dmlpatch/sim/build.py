@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import shlex
 import shutil
@@ -19,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from dmlpatch.errors import DeviceUnavailable
 from dmlpatch.paths import cache_root
@@ -48,7 +50,7 @@ def buildable() -> tuple[bool, str]:
             f"no C++ compiler: {words[0]!r} was not found (set CXX or install g++/clang++)"
         )
     try:
-        from torch.utils.cpp_extension import is_ninja_available
+        is_ninja_available = _cpp_extension().is_ninja_available
     except ImportError:
         return False, "torch is not installed"
     if not is_ninja_available():
@@ -137,8 +139,19 @@ def ensure_built() -> Path:
     return library_path(directory)
 
 
+def _cpp_extension() -> Any:
+    """torch.utils.cpp_extension, imported quietly.
+
+    On a CUDA build of torch without a CUDA runtime (torch 2.4.1 from PyPI on this kind of
+    machine) its import prints "No CUDA runtime is found": noise in the user's program output.
+    """
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from torch.utils import cpp_extension
+    return cpp_extension
+
+
 def _compile(directory: Path) -> None:
-    from torch.utils import cpp_extension
+    cpp_extension = _cpp_extension()
 
     # We hold the OS lock: a `lock` file left by a killed build would make torch wait forever.
     with contextlib.suppress(FileNotFoundError):

@@ -10,6 +10,7 @@
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/ScalarType.h>
+#include <torch/version.h>
 
 namespace dmlsim {
 namespace {
@@ -247,3 +248,18 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 }  // namespace dmlsim
+
+// torch 2.4 (torch-directml's pin) registers no AutogradPrivateUse1 or AutocastPrivateUse1
+// fallback: custom ops such as torchvision::nms then fail at the autograd key, and every op
+// under torch.autocast('privateuseone') fails at the autocast key. Later releases register the
+// autograd one themselves, and the autocast one is added from Python (Library.fallback).
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 5
+namespace dmlsim {
+TORCH_LIBRARY_IMPL(_, AutogradPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+}  // namespace dmlsim
+#endif
