@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,25 @@ def test_real_torch_directml_against_another_torch(
         f"torch {torch.__version__.split('+')[0]} is installed (undefined symbol); "
         "fix: pip install torch==2.4.1 torchvision==0.19.1"
     ]
+
+
+def test_public_device_and_describe() -> None:
+    code = (
+        "import json, dmlpatch; d = dmlpatch.device(); info = dmlpatch.describe(); "
+        "print(repr(d)); print(json.dumps(info, sort_keys=True))"
+    )
+    result = run_python(["-c", code], env=clean_env(DMLPATCH_DEVICE="sim"))
+    assert result.code == 0, result.err
+    first, second = result.out.splitlines()
+    assert first == "device(type='privateuseone', index=0)"
+    info = json.loads(second)
+    assert info["backend"] == "sim"
+    assert info["device"] == "privateuseone:0"
+    assert info["adapters"] == [{"index": 0, "name": "Simulated Radeon (discrete)"}]
+    assert "simulated DirectML device" in info["why"]
+    result = run_python(
+        ["-c", code], env=clean_env(DMLPATCH_DEVICE="sim:1", DMLPATCH_SIM_DEVICES="2")
+    )
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0] == "device(type='privateuseone', index=1)"
+    assert json.loads(result.out.splitlines()[1])["adapter"] == "Simulated UHD (integrated)"
