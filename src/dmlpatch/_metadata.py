@@ -86,5 +86,15 @@ def requirement_of(distribution: str, dependency: str) -> Optional[str]:
     return None
 
 
+def distribution_of(top_level_module: str) -> Optional[str]:
+    """The distribution that installs a top-level module (e.g. ``cv2`` -> ``opencv-python``)."""
+    metadata = _metadata()
+    mapping = getattr(metadata, "packages_distributions", None)
+    if mapping is None:
+        return None
+    names = mapping().get(top_level_module) or []
+    return names[0] if names else None
+
+
 def entry_points(group: str) -> list[Any]:
     return list(_metadata().entry_points(group=group))

@@ -24,6 +24,8 @@ usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args
        dmlpatch activate [--device SPEC]             patch every Python process of this env
        dmlpatch deactivate                           undo activate
        dmlpatch status                               show activation and device
+       dmlpatch list [--json]                        the patch catalogue vs installed libraries
+       dmlpatch scan PACKAGE|PATH [--spec]           find CUDA device sites (no import)
 
 options:
   --device SPEC     auto (default), dml, dml:N, dml:NAME, privateuseone:N, sim, cpu, cuda, ...
@@ -33,7 +35,7 @@ options:
   --version         print dmlpatch's version
 """
 
-COMMANDS = ("run", "activate", "deactivate", "status")
+COMMANDS = ("run", "activate", "deactivate", "status", "list", "scan")
 CHILD_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child")
 
 
@@ -119,6 +121,10 @@ def _dispatch(arguments: list[str]) -> int:
         return _activate(arguments[1:])
     if command == "deactivate":
         return _deactivate(arguments[1:])
+    if command == "list":
+        return _list(arguments[1:])
+    if command == "scan":
+        return _scan(arguments[1:])
     if command == "status":
         return _status(arguments[1:])
     if command == "run":
@@ -266,4 +272,39 @@ def _status(arguments: list[str]) -> int:
         sys.stdout.write(
             f"dmlpatch {__version__}: activated with device {device} ({data['pth']})\n"
         )
+    return 0
+
+
+def _list(arguments: list[str]) -> int:
+    from dmlpatch import listing
+
+    unknown = [a for a in arguments if a != "--json"]
+    if unknown:
+        raise UsageError(f"list takes only --json; unexpected {unknown[0]!r}")
+    rows = listing.catalogue()
+    if "--json" in arguments:
+        import json
+
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        sys.stdout.write((listing.format_catalogue(rows) or "no patch specs") + "\n")
+    return 0
+
+
+def _scan(arguments: list[str]) -> int:
+    from dmlpatch import scan
+
+    flags = [a for a in arguments if a.startswith("-")]
+    targets = [a for a in arguments if not a.startswith("-")]
+    if any(flag != "--spec" for flag in flags) or len(targets) != 1:
+        raise UsageError("usage: dmlpatch scan PACKAGE|PATH [--spec]")
+    findings = scan.scan(targets[0])
+    if "--spec" in flags:
+        sys.stdout.write(scan.spec_skeleton(targets[0], findings))
+        return 0
+    if findings:
+        sys.stdout.write(scan.format_findings(findings) + "\n")
+    sites = sum(f.kind != "cuda_branch" for f in findings)
+    branches = len(findings) - sites
+    log.say(f"{targets[0]}: {sites} CUDA device site(s), {branches} CUDA-only branch(es)")
     return 0
