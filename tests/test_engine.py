@@ -247,3 +247,18 @@ def test_run_console_script_with_patches(tmp_path: Path, setup) -> None:
     )
     assert result.code == 4, result.err
     assert result.out == "['faketool', 'a', '-b'] True privateuseone:0\n"
+
+
+def test_cuda_method_calls_land_on_the_target(tmp_path: Path) -> None:
+    """Tensors, modules and storages (basicsr's resume path: ``storage.cuda(device_id)``)."""
+    script = tmp_path / "p.py"
+    script.write_text(
+        "import torch\n"
+        "storage = torch.arange(4.0).untyped_storage().cuda(0)\n"
+        "tensor = torch.ones(2).cuda(non_blocking=True)\n"
+        "module = torch.nn.Linear(2, 2).cuda()\n"
+        "print(storage.device, tensor.device, module.weight.device)\n"
+    )
+    result = run_python(["-m", "dmlpatch", "--device", "sim", str(script)])
+    assert result.code == 0, result.err
+    assert result.out == "privateuseone:0 privateuseone:0 privateuseone:0\n"

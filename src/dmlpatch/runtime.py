@@ -104,7 +104,10 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
 
 
 def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
-    """``obj.cuda(...)`` in a target → ``obj.to(target)``; other objects keep their own ``cuda``."""
+    """``obj.cuda(...)`` in a target → ``obj.to(target)``; other objects keep their own ``cuda``.
+
+    Keywords throughout: ``UntypedStorage.to`` accepts only ``device=`` / ``non_blocking=``.
+    """
     mover = getattr(obj, "to", None)
     if mover is None:
         return obj.cuda(device, non_blocking=non_blocking, **kwargs)
@@ -112,8 +115,8 @@ def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any
     import torch
 
     if isinstance(obj, torch.nn.Module):
-        return mover(target)
-    return mover(target, non_blocking=non_blocking, **kwargs)
+        return mover(device=target)
+    return mover(device=target, non_blocking=non_blocking, **kwargs)
 
 
 _NOT_CUDA = object()
