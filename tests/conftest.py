@@ -42,3 +42,35 @@ def fake_distribution(tmp_path: Path) -> Iterator[Callable[..., Path]]:
         return site
 
     yield make
+
+
+REAL_PACKAGE = "torch-directml==0.2.5.dev240914"
+
+
+@pytest.fixture(scope="session")
+def real_torch_directml(tmp_path_factory) -> Path:
+    """The real torch-directml wheel (no dependencies) in a directory of its own.
+
+    Its native library needs torch 2.4.1 and Windows/WSL2's D3D12: on this machine it fails
+    the ways users on plain Linux or with a replaced torch see it fail.
+    """
+    import subprocess
+    import sys
+
+    target = tmp_path_factory.mktemp("torch_directml")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(target),
+            REAL_PACKAGE,
+        ],
+        check=True,
+    )
+    return target

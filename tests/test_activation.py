@@ -69,6 +69,10 @@ def test_round_trip(env: tuple[str, Path]) -> None:
 
     status = run_python(["-m", "dmlpatch", "status"], python=python)
     assert "activated with device cpu" in status.out
+    doctor = run_python(["-m", "dmlpatch", "doctor", "--no-import"], python=python)
+    assert f"OK   activation activated with device cpu ({purelib / 'dmlpatch-activate.pth'})" in (
+        doctor.out
+    )
 
     again = run_python(["-m", "dmlpatch", "activate", "--device", "cpu"], python=python)
     assert again.code == 0 and "already activated" in again.err

@@ -197,38 +197,6 @@ def test_unknown_spec_from_command_line_and_environment(tmp_path: Path) -> None:
         assert result.out == ""
 
 
-REAL_PACKAGE = "torch-directml==0.2.5.dev240914"
-
-
-@pytest.fixture(scope="module")
-def real_torch_directml(tmp_path_factory) -> Path:
-    """The real torch-directml wheel (no dependencies) in a directory of its own.
-
-    Its native library needs torch 2.4.1 and Windows/WSL2's D3D12: on this machine it fails
-    the ways users on plain Linux or with a replaced torch see it fail.
-    """
-    import subprocess
-    import sys
-
-    target = tmp_path_factory.mktemp("torch_directml")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--target",
-            str(target),
-            REAL_PACKAGE,
-        ],
-        check=True,
-    )
-    return target
-
-
 def test_real_torch_directml_without_d3d12(real_torch_directml: Path, tmp_path: Path) -> None:
     script = tmp_path / "program.py"
     script.write_text("print('ran')\n")

@@ -21,9 +21,11 @@ USAGE = """\
 usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args...]
        python -m dmlpatch [options] -m module [args...]
        dmlpatch run [options] COMMAND [args...]      run a console script such as yolo
+       dmlpatch check [options] script.py [args...]  would it run on DirectML? (check --help)
        dmlpatch activate [--device SPEC]             patch every Python process of this env
        dmlpatch deactivate                           undo activate
        dmlpatch status                               show activation and device
+       dmlpatch doctor [--json]                      diagnose this environment
        dmlpatch list [--json]                        the patch catalogue vs installed libraries
        dmlpatch scan PACKAGE|PATH [--spec]           find CUDA device sites (no import)
 
@@ -35,7 +37,7 @@ options:
   --version         print dmlpatch's version
 """
 
-COMMANDS = ("run", "activate", "deactivate", "status", "list", "scan")
+COMMANDS = ("run", "check", "activate", "deactivate", "status", "doctor", "list", "scan")
 CHILD_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child")
 
 
@@ -121,12 +123,18 @@ def _dispatch(arguments: list[str]) -> int:
         return _activate(arguments[1:])
     if command == "deactivate":
         return _deactivate(arguments[1:])
+    if command == "doctor":
+        return _doctor(arguments[1:])
     if command == "list":
         return _list(arguments[1:])
     if command == "scan":
         return _scan(arguments[1:])
     if command == "status":
         return _status(arguments[1:])
+    if command == "check":
+        from dmlpatch import check
+
+        return check.main(arguments[1:])
     if command == "run":
         options = parse_options(arguments[1:], allow_module=False)
         if not options.rest:
@@ -308,3 +316,20 @@ def _scan(arguments: list[str]) -> int:
     branches = len(findings) - sites
     log.say(f"{targets[0]}: {sites} CUDA device site(s), {branches} CUDA-only branch(es)")
     return 0
+
+
+def _doctor(arguments: list[str]) -> int:
+    from dmlpatch import doctor
+
+    unknown = [a for a in arguments if a not in ("--json", "--no-import")]
+    if unknown:
+        raise UsageError(f"doctor takes only --json and --no-import; unexpected {unknown[0]!r}")
+    checks = doctor.run_checks(import_targets="--no-import" not in arguments)
+    if "--json" in arguments:
+        import json
+
+        data = {"checks": doctor.as_json(checks), "exit_code": doctor.exit_code(checks)}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        sys.stdout.write(doctor.format_checks(checks) + "\n")
+    return doctor.exit_code(checks)

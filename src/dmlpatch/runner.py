@@ -151,9 +151,9 @@ def _is_zip(path: str) -> bool:
 
 def run_console_script(command: str, args: list[str]) -> Any:
     """``COMMAND args...`` for a console-script entry point of this environment (e.g. ``yolo``)."""
-    target = find_console_script(command).load()
-    sys.argv = [command, *args]
-    return target()
+    entry_point = find_console_script(command)
+    sys.argv = [command, *args]  # before loading: ultralytics captures sys.argv at import
+    return entry_point.load()()
 
 
 def find_console_script(command: str) -> Any:

@@ -1,0 +1,472 @@
+"""Issue 4: the upstream GFPGAN demo, unmodified, on the simulated DirectML device.
+
+Real libraries (facexlib 0.3.0, basicsr 1.4.2, gfpgan 1.3.8, realesrgan 0.3.0), random-init
+weights in their exact formats (``gfpgan_fixtures.py``), sockets blocked. The CPU references
+are plain runs (no dmlpatch): the only help they get is the functional_tensor alias a user
+would add by editing basicsr, and half=False, as the script's own comment asks on the CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import Result, run_python
+
+SIM = ("-m", "dmlpatch", "--device", "sim")
+DISTRIBUTIONS = ("facexlib", "basicsr", "gfpgan", "realesrgan", "torchvision")
+
+
+def _hashes() -> dict[str, str]:
+    digests = {}
+    for name in DISTRIBUTIONS:
+        distribution = importlib.metadata.distribution(name)
+        for file in distribution.files or ():
+            path = Path(distribution.locate_file(file))
+            if path.suffix != ".pyc" and path.is_file():
+                digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
+
+
+@pytest.fixture(scope="module")
+def before() -> dict[str, str]:
+    return _hashes()
+
+
+# The user's hand edit of basicsr/data/degradations.py, for plain (unpatched) runs only.
+HAND_ALIAS = (
+    "import sys, torchvision.transforms._functional_tensor as f; "
+    "sys.modules['torchvision.transforms.functional_tensor'] = f\n"
+)
+
+# Counts every convolution per model (forward hooks mark the running model) in a CPU run, so
+# the simulated device's convolution count can be checked against it.
+CONV_COUNTER = """
+import collections, torch
+from torch.utils._python_dispatch import TorchDispatchMode
+CONVS = collections.Counter()
+_current = ["other"]
+
+
+class _Count(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket is torch.ops.aten.convolution:
+            CONVS[_current[0]] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def watch(name, model):
+    model.register_forward_pre_hook(lambda *a: _current.__setitem__(0, name))
+    model.register_forward_hook(lambda *a: _current.__setitem__(0, "other"))
+"""
+
+WHOLE_REFERENCE = (
+    HAND_ALIAS
+    + CONV_COUNTER
+    + """
+import json, sys, cv2
+from basicsr.archs.rrdbnet_arch import RRDBNet
+from realesrgan import RealESRGANer
+from gfpgan import GFPGANer
+
+model = RRDBNet(num_in_ch=3, num_out_ch=3, num_feat=64, num_block=23, num_grow_ch=32, scale=2)
+bg = RealESRGANer(scale=2, model_path=sys.argv[2], model=model, tile=400, tile_pad=10, pre_pad=0,
+                  half=False)
+restorer = GFPGANer(model_path="gfpgan/weights/GFPGANv1.3.pth", upscale=2, arch="clean",
+                    channel_multiplier=2, bg_upsampler=bg)
+for name, net in (("retinaface", restorer.face_helper.face_det),
+                  ("parsenet", restorer.face_helper.face_parse),
+                  ("gfpgan", restorer.gfpgan), ("rrdbnet", bg.model)):
+    watch(name, net)
+with _Count():
+    crops, faces, image = restorer.enhance(cv2.imread(sys.argv[1]), paste_back=True, weight=0.5)
+cv2.imwrite(sys.argv[3] + "/restored.png", image)
+cv2.imwrite(sys.argv[3] + "/face.png", faces[0])
+print(json.dumps({"faces": len(faces), "devices": sorted({str(restorer.device), str(bg.device)}),
+                  "convs": dict(CONVS)}))
+"""
+)
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path) -> Result:
+    return run_python(args, env=env, cwd=cwd, timeout=600)
+
+
+def _images_equal(a: Path, b: Path) -> int:
+    import numpy as np
+    from PIL import Image
+
+    left = np.asarray(Image.open(a), dtype=np.int16)
+    right = np.asarray(Image.open(b), dtype=np.int16)
+    assert left.shape == right.shape
+    return int(np.abs(left - right).max())
+
+
+def _no_network(assets) -> None:
+    log = assets.netlog.read_text() if assets.netlog.exists() else ""
+    assert log == "", f"network attempted: {log}"
+
+
+def test_whole_image_cli_on_sim_equals_plain_cpu(assets, before, tmp_path: Path) -> None:
+    work = assets.workdir(tmp_path / "sim")
+    report = tmp_path / "report.json"
+    image_dir = assets.root / "inputs" / "whole"
+    sim = _run(
+        [
+            *SIM,
+            f"--report={report}",
+            str(assets.script),
+            "-i",
+            str(image_dir),
+            "-o",
+            "results",
+            "-v",
+            "1.3",
+            "-s",
+            "2",
+        ],
+        assets.env(),
+        work,
+    )
+    assert sim.code == 0, sim.err
+    assert "Failed inference" not in sim.out  # GFPGANer swallows model errors; none allowed
+    assert "Tile 1/1" in sim.out  # the background upsampler ran
+    assert "The unoptimized RealESRGAN is slow on CPU" not in sim.err
+    results = work / "results"
+    for folder in ("restored_imgs", "restored_faces", "cmp", "cropped_faces"):
+        assert any((results / folder).iterdir()), folder
+    data = json.loads(report.read_text())
+    assert data["device"] == "privateuseone:0" and data["backend"] == "sim"
+    assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
+
+    ref_dir = tmp_path / "ref"
+    ref_work = assets.workdir(ref_dir)
+    script = ref_dir / "reference.py"
+    script.write_text(WHOLE_REFERENCE)
+    weights = assets.root / "realesrgan" / "RealESRGAN_x2plus.pth"
+    plain = _run(
+        [str(script), str(image_dir / "portrait.png"), str(weights), str(ref_dir)],
+        assets.env(),
+        ref_work,
+    )
+    assert plain.code == 0, plain.err
+    reference = json.loads(plain.out.splitlines()[-1])
+    assert reference["devices"] == ["cpu"] and reference["faces"] == 1
+    convs = reference["convs"]
+    assert set(convs) == {"retinaface", "parsenet", "gfpgan", "rrdbnet"}
+    assert convs["rrdbnet"] == 23 * 3 * 5 + 6  # RRDB blocks + first/body/up/hr/last convs
+    # Every convolution of every model (RRDB included) ran on the device.
+    assert data["ops"]["native"]["aten::convolution_overrideable"] == sum(convs.values())
+    restored = results / "restored_imgs" / "portrait.png"
+    assert _images_equal(restored, ref_dir / "restored.png") <= 1
+    assert _images_equal(results / "restored_faces" / "portrait_00.png", ref_dir / "face.png") <= 1
+    from PIL import Image
+
+    assert Image.open(restored).size == (128, 128)  # 64 px input, -s 2: upscaled
+    _no_network(assets)
+
+
+def test_original_arch_center_face_tiled_background(assets, tmp_path: Path) -> None:
+    """-v 1 (GFPGANv1: fused_act + upfirdn2d), --only_center_face, tiled Real-ESRGAN."""
+    work = assets.workdir(tmp_path)
+    report = tmp_path / "report.json"
+    result = _run(
+        [
+            *SIM,
+            f"--report={report}",
+            str(assets.script),
+            "-i",
+            str(assets.root / "inputs" / "whole"),
+            "-o",
+            "results",
+            "-v",
+            "1",
+            "--only_center_face",
+            "--bg_tile",
+            "32",
+        ],
+        assets.env(),
+        work,
+    )
+    assert result.code == 0, result.err
+    assert "Failed inference" not in result.out
+    assert "Tile 4/4" in result.out
+    assert any((work / "results" / "restored_imgs").iterdir())
+    data = json.loads(report.read_text())
+    assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
+    assert data["ops"]["native"]["aten::convolution_overrideable"] > 4 * (23 * 3 * 5 + 6)
+    _no_network(assets)
+
+
+def test_aligned_restoreformer_cli_without_background(assets, tmp_path: Path) -> None:
+    work = assets.workdir(tmp_path)
+    result = _run(
+        [
+            *SIM,
+            "--report",
+            str(assets.script),
+            "-i",
+            str(assets.root / "inputs" / "aligned"),
+            "-o",
+            "results",
+            "-v",
+            "RestoreFormer",
+            "--aligned",
+            "--bg_upsampler",
+            "none",
+        ],
+        assets.env(),
+        work,
+    )
+    assert result.code == 0, result.err
+    assert "Failed inference" not in result.out
+    results = work / "results"
+    # Aligned faces are not pasted back, so upstream writes no restored_imgs/ for them.
+    for folder in ("restored_faces", "cmp", "cropped_faces"):
+        assert any((results / folder).iterdir()), folder
+    data = json.loads(result.err[result.err.index("{") :])
+    assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
+    _no_network(assets)
+
+
+API = """
+import json, sys, cv2, numpy as np, torch
+import dmlpatch.sim
+from gfpgan import GFPGANer
+from basicsr.models.base_model import BaseModel
+
+VERSIONS = {"1": ("GFPGANv1", "original", 1), "1.2": ("GFPGANCleanv1-NoCE-C2", "clean", 2),
+            "1.3": ("GFPGANv1.3", "clean", 2), "1.4": ("GFPGANv1.4", "clean", 2),
+            "RestoreFormer": ("RestoreFormer", "RestoreFormer", 2)}
+face = cv2.imread(sys.argv[1])
+out = {}
+
+
+def restore(version, device):
+    name, arch, multiplier = VERSIONS[version]
+    torch.manual_seed(0)
+    restorer = GFPGANer(model_path=f"gfpgan/weights/{name}.pth", upscale=2, arch=arch,
+                        channel_multiplier=multiplier, device=device)
+    devices = {str(p.device) for p in restorer.gfpgan.parameters()}
+    devices |= {str(p.device) for p in restorer.face_helper.face_det.parameters()}
+    _, faces, _ = restorer.enhance(face, has_aligned=True, paste_back=True)
+    return devices, faces[0].astype(np.int16)
+
+
+for version in VERSIONS:
+    # 1.4 with an explicit device=, the others with GFPGANer's own (rewritten) choice.
+    explicit = torch.device("privateuseone:0") if version == "1.4" else None
+    devices, restored = restore(version, explicit)
+    entry = {"devices": sorted(devices)}
+    if version in ("1", "RestoreFormer"):
+        _, cpu = restore(version, torch.device("cpu"))
+        entry["max_diff_vs_cpu"] = int(np.abs(restored - cpu).max())
+    out[version] = entry
+out["train_device"] = str(BaseModel({"num_gpu": 1, "is_train": False, "dist": False}).device)
+out["ops"] = dmlpatch.sim.counters()["ops"]
+print(json.dumps(out))
+"""
+
+
+def test_python_api_every_version(assets, tmp_path: Path) -> None:
+    work = assets.workdir(tmp_path)
+    script = tmp_path / "api.py"
+    script.write_text(API)
+    result = _run(
+        [*SIM, str(script), str(assets.root / "inputs" / "aligned" / "face.png")],
+        assets.env(),
+        work,
+    )
+    assert result.code == 0, result.err
+    assert "Failed inference" not in result.out
+    data = json.loads(result.out.splitlines()[-1])
+    for version in ("1", "1.2", "1.3", "1.4", "RestoreFormer"):
+        assert data[version]["devices"] == ["privateuseone:0"], version
+    assert data["1"]["max_diff_vs_cpu"] <= 1
+    assert data["RestoreFormer"]["max_diff_vs_cpu"] <= 1
+    assert data["train_device"] == "privateuseone:0"  # basicsr training device selection
+    assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
+    _no_network(assets)
+
+
+def test_noise_without_normal_on_pytorch_directml_1_8(assets, tmp_path: Path) -> None:
+    work = assets.workdir(tmp_path)
+    script = tmp_path / "noise.py"
+    script.write_text(
+        "import json, sys, cv2, numpy as np, dmlpatch.sim\n"
+        "from gfpgan import GFPGANer\n"
+        "r = GFPGANer(model_path='gfpgan/weights/GFPGANv1.3.pth', upscale=2)\n"
+        "_, faces, _ = r.enhance(cv2.imread(sys.argv[1]), has_aligned=True)\n"
+        "print(json.dumps({'ops': dmlpatch.sim.counters()['ops'], 'std': float(faces[0].std())}))\n"
+    )
+    result = _run(
+        [*SIM, str(script), str(assets.root / "inputs" / "aligned" / "face.png")],
+        assets.env(DMLPATCH_SIM_PROFILE="pytorch-directml-1.8"),
+        work,
+    )
+    assert result.code == 0, result.err
+    assert "Failed inference" not in result.out
+    data = json.loads(result.out.splitlines()[-1])
+    # The first StyleConv pass meets DirectML 1.8's refusal once; every later draw is uniform_.
+    assert data["ops"]["refused"] == {"aten::normal_": 1}
+    assert data["ops"]["native"]["aten::uniform_"] >= 2 * 15
+    assert data["ops"]["fallback"] == {}
+    assert data["std"] > 0
+
+
+def test_without_dmlpatch_it_fails_as_the_seeds_describe(assets, tmp_path: Path) -> None:
+    work = assets.workdir(tmp_path)
+    args = [str(assets.script), "-i", str(assets.root / "inputs" / "whole"), "-o", "results"]
+    plain = _run(args, assets.env(), work)
+    assert plain.code == 1
+    assert "No module named 'torchvision.transforms.functional_tensor'" in plain.err
+    # With basicsr edited by hand and the simulated device loaded, the unmodified script
+    # silently drops Real-ESRGAN and runs every model on the CPU: no device convolution.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        (assets.site / "sitecustomize.py").read_text()
+        + HAND_ALIAS
+        + "import atexit, json, dmlpatch.sim\ndmlpatch.sim.load()\n"
+        + "atexit.register(lambda: print(json.dumps(dmlpatch.sim.counters()['ops'])))\n"
+    )
+    env = assets.env(PYTHONPATH=str(site))
+    edited = _run([*args, "--only_center_face"], env, work)
+    assert edited.code == 0, edited.err
+    assert "The unoptimized RealESRGAN is slow on CPU. We do not use it." in edited.err
+    assert "aten::convolution_overrideable" not in json.loads(edited.out.splitlines()[-1])["native"]
+    # The seeds' hand edit of gfpgan/utils.py (device -> DirectML) alone: GFPGANv1 ("-v 1")
+    # calls basicsr's CUDA extension and dies.
+    script = tmp_path / "v1.py"
+    script.write_text(
+        "import sys, cv2, torch\nfrom gfpgan import GFPGANer\n"
+        "r = GFPGANer(model_path='gfpgan/weights/GFPGANv1.pth', arch='original', "
+        "channel_multiplier=1, device=torch.device('privateuseone:0'))\n"
+        "r.enhance(cv2.imread(sys.argv[1]), has_aligned=True)\n"
+    )
+    v1 = _run([str(script), str(assets.root / "inputs" / "aligned" / "face.png")], env, work)
+    assert v1.code == 1
+    assert "NameError: name 'fused_act_ext' is not defined" in v1.err
+
+
+AUTO = """
+import json, sys
+{first}
+import cv2, dmlpatch.sim
+from gfpgan import GFPGANer
+r = GFPGANer(model_path="gfpgan/weights/GFPGANv1.3.pth", upscale=2)
+_, faces, _ = r.enhance(cv2.imread(sys.argv[1]), has_aligned=True)
+ops = dmlpatch.sim.counters()["ops"]
+print(json.dumps({{"device": str(r.device), "convs": ops["native"].get(
+    "aten::convolution_overrideable", 0), "fallback": ops["fallback"], "refused": ops["refused"]}}))
+"""
+
+
+def _check_auto(result: Result) -> None:
+    assert result.code == 0, result.err
+    assert "Failed inference" not in result.out
+    data = json.loads(result.out.splitlines()[-1])
+    assert data["device"] == "privateuseone:0"
+    assert data["convs"] > 0 and data["fallback"] == {} and data["refused"] == {}
+
+
+def test_import_dmlpatch_auto(assets, tmp_path: Path) -> None:
+    work = assets.workdir(tmp_path)
+    script = tmp_path / "auto.py"
+    script.write_text(AUTO.format(first="import dmlpatch.auto"))
+    face = str(assets.root / "inputs" / "aligned" / "face.png")
+    _check_auto(_run([str(script), face], assets.env(DMLPATCH_DEVICE="sim"), work))
+
+
+def test_after_dmlpatch_activate(assets, tmp_path: Path) -> None:
+    import site
+    import venv
+
+    root = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(root)
+    python = str(root / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (Path(purelib) / "_test_link.pth").write_text(
+        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
+    )
+    env = assets.env()
+    activated = run_python(
+        ["-m", "dmlpatch", "activate", "--device", "sim"], env=env, python=python
+    )
+    assert activated.code == 0, activated.err
+    work = assets.workdir(tmp_path / "work")
+    script = tmp_path / "activated.py"
+    script.write_text(AUTO.format(first=""))
+    face = str(assets.root / "inputs" / "aligned" / "face.png")
+    _check_auto(run_python([str(script), face], env=env, cwd=work, python=python, timeout=600))
+
+
+def test_missing_weights_offline_gives_a_hint(assets, tmp_path: Path) -> None:
+    script = tmp_path / "missing.py"
+    script.write_text(
+        "from gfpgan import GFPGANer\n"
+        "GFPGANer(model_path='https://github.com/TencentARC/GFPGAN/releases/download/"
+        "v1.3.0/GFPGANv1.3.pth')\n"
+    )
+    result = _run([*SIM, str(script)], assets.env(), tmp_path)
+    assert result.code == 1
+    assert "urllib.error.URLError" in result.err  # facexlib's own download error, untouched
+    destination = tmp_path / "gfpgan" / "weights" / "detection_Resnet50_Final.pth"
+    hints = [line for line in result.err_lines if line.startswith("dmlpatch: hint:")]
+    assert hints == [
+        "dmlpatch: hint: detection_Resnet50_Final.pth could not be downloaded (URLError); "
+        "without network, fetch https://github.com/xinntao/facexlib/releases/download/v0.1.0/"
+        f"detection_Resnet50_Final.pth elsewhere and put it at {destination}"
+    ]
+
+
+def test_unsupported_version_warns_and_runs_unpatched(assets, tmp_path: Path) -> None:
+    fake = tmp_path / "fake"
+    info = fake / "gfpgan-9.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gfpgan\nVersion: 9.0\n")
+    work = assets.workdir(tmp_path / "work")
+    script = tmp_path / "old.py"
+    script.write_text(
+        "import sys, cv2\nfrom gfpgan import GFPGANer\n"
+        "r = GFPGANer(model_path='gfpgan/weights/GFPGANv1.3.pth')\n"
+        "r.enhance(cv2.imread(sys.argv[1]), has_aligned=True)\nprint(r.device)\n"
+    )
+    env = assets.env(PYTHONPATH=f"{fake}:{assets.site}")
+    face = str(assets.root / "inputs" / "aligned" / "face.png")
+    result = _run([*SIM, str(script), face], env, work)
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[-1] == "cpu"  # GFPGANer unpatched: its own choice
+    warnings = [line for line in result.err_lines if line.startswith("dmlpatch: warning")]
+    assert warnings == [
+        "dmlpatch: warning: patch spec 'gfpgan' is for gfpgan <1.4,>=1.3.5, but 9.0 is "
+        "installed; gfpgan runs unpatched"
+    ]
+
+
+def test_realesrgan_half_policy() -> None:
+    from dmlpatch.fixes.realesrgan import keeps_half
+
+    assert keeps_half("directml", "privateuseone")
+    assert not keeps_half("sim", "privateuseone")  # CPU kernels: float16 ~100x slower
+    assert not keeps_half("directml", "cpu")
+    assert not keeps_half("cpu", "cpu")
+
+
+def test_zz_distributions_unchanged(before: dict[str, str]) -> None:
+    """Runs last in this module: no file of the five distributions changed (sha256)."""
+    assert len(before) > 100
+    assert _hashes() == before
+    assert sys.executable  # the hashes are of this interpreter's environment

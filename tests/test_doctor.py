@@ -1,0 +1,61 @@
+"""``dmlpatch doctor`` on this machine, with the real torch-directml, and with a broken pin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support import clean_env, run_python
+
+AREAS = {"python", "versions", "directml", "cuda", "activation", "cache", "simulator"}
+
+
+def _doctor(*args: str, env=None) -> tuple[int, dict]:
+    result = run_python(["-m", "dmlpatch", "doctor", "--json", *args], env=env)
+    data = json.loads(result.out)
+    assert data["exit_code"] == result.code
+    return result.code, {check["area"]: check for check in data["checks"]}
+
+
+def test_this_machine_has_no_failures_and_a_stable_schema() -> None:
+    code, checks = _doctor()
+    assert code == 0
+    assert set(checks) >= AREAS
+    for check in checks.values():
+        assert set(check) == {"area", "status", "message", "fix", "details"}
+        assert check["status"] in {"OK", "WARN", "FAIL"}
+    assert checks["directml"]["status"] == "WARN"
+    assert checks["directml"]["fix"] == "pip install torch-directml  (Windows or WSL2)"
+    assert checks["simulator"]["status"] == "OK"
+    result = run_python(["-m", "dmlpatch", "doctor", "--json"])
+    libraries = [c for c in json.loads(result.out)["checks"] if c["area"] == "library"]
+    basicsr = next(c for c in libraries if c["details"]["spec"] == "basicsr")
+    assert "plain import fails (ModuleNotFoundError: No module named " in basicsr["message"]
+    assert basicsr["message"].endswith("dmlpatch bridges it")
+    assert basicsr["status"] == "OK"
+
+
+def test_real_torch_directml_with_another_torch_fails_with_the_fix(
+    real_torch_directml: Path,
+) -> None:
+    code, checks = _doctor("--no-import", env=clean_env(PYTHONPATH=str(real_torch_directml)))
+    assert code == 1
+    versions = checks["versions"]
+    assert versions["status"] == "FAIL"
+    assert versions["fix"] == "pip install torch==2.4.1 torchvision==0.19.1"
+    assert (
+        "torch-directml 0.2.5.dev240914 requires torch==2.4.1, torchvision==0.19.1"
+        in (versions["message"])
+    )
+    assert checks["directml"]["status"] == "FAIL"
+    assert "cannot load its native library" in checks["directml"]["message"]
+
+
+def test_text_output_and_bad_flag() -> None:
+    result = run_python(["-m", "dmlpatch", "doctor", "--no-import"])
+    assert result.code == 0
+    assert result.out.splitlines()[0].startswith("OK   python     Python ")
+    bad = run_python(["-m", "dmlpatch", "doctor", "--fast"])
+    assert bad.code == 2 and bad.err_lines == [
+        "dmlpatch: error: doctor takes only --json and --no-import; unexpected '--fast'"
+    ]

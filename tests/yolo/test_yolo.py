@@ -1,0 +1,400 @@
+"""Ultralytics YOLO on the simulated DirectML device: the seed's `yolo ... device=dml` workflow.
+
+Real ultralytics (8.4.190 from the venv; 8.1.47 from ``$DMLPATCH_ULTRALYTICS_8_1``), a
+synthetic 64x64 dataset, ``yolov8n.yaml`` (no weights), no network (every attempt is logged
+and must not happen), default simulator profile (torch-directml 0.2.5's gaps).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import torch
+import torchvision
+import yolo_fixtures
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmlpatch.fixes.ultralytics import greedy_nms
+
+from support import Result, run_python
+
+HERE = Path(__file__).resolve().parent
+ULTRALYTICS = Path(__import__("ultralytics").__file__).parent
+OLD_ULTRALYTICS = Path(
+    os.environ.get("DMLPATCH_ULTRALYTICS_8_1", "/tmp/dmlpatch-ultralytics-8.1.47")
+)
+OLD_INSTALL = (
+    "python -m pip install --no-deps --target /tmp/dmlpatch-ultralytics-8.1.47 "
+    "ultralytics==8.1.47 pandas==2.2.3 seaborn==0.13.2 pytz tzdata py-cpuinfo==9.0.0"
+)
+YOLO = [
+    "-c",
+    # What the `yolo` console script does; argv is set first because ultralytics reads it at
+    # import time.
+    "import sys; sys.argv[0] = 'yolo'; from ultralytics.cfg import entrypoint; "
+    "sys.exit(entrypoint())",
+]
+ADAPTER = "DML:0 (Simulated Radeon (discrete))"
+AMP_WARNING = "checks skipped ⚠️, DirectML has no automatic mixed precision (AMP)"
+SEED_ERROR = "Return counts not implemented for unique operator for DirectML."
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+class Workspace:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.installed = {path: _digest(path) for path in _installed()}
+        self.data = yolo_fixtures.build_dataset(root / "data")
+        self.config = yolo_fixtures.build_config_dir(root / "config")
+        self.netlog = root / "network.log"
+        self.runs = root / "runs"
+
+    def env(self, old: bool = False, **extra: str) -> dict[str, str]:
+        paths = [OLD_ULTRALYTICS] if old else []
+        if old:
+            # torch >= 2.6 loads checkpoints weights-only by default; 8.1 predates that and
+            # reloads its own best.pt without weights_only=False (not a DirectML matter).
+            extra.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+        return yolo_fixtures.offline_env(self.config, self.netlog, pythonpath=paths, **extra)
+
+    def yolo_args(self, mode: str, name: str, **overrides: str) -> list[str]:
+        """The seed's command line, at imgsz=64 on the synthetic data."""
+        args = {
+            "task": "detect",
+            "mode": mode,
+            "val": "True",
+            "data": str(self.data),
+            "model": "yolov8n.yaml",
+            "epochs": "1",
+            "workers": "0",
+            "imgsz": "64",
+            "seed": "1",
+            "device": "dml",
+            "amp": "False",
+            "verbose": "True",
+            "batch": "4",
+            "project": str(self.runs),
+            "name": name,
+            "exist_ok": "True",
+        }
+        if mode != "train":
+            for key in ("val", "epochs", "workers", "seed", "amp", "batch"):
+                args.pop(key)
+        if mode == "predict":
+            args.pop("data")
+            args["source"] = str(self.data.parent / "images" / "val")
+        args.update(overrides)
+        return [f"{k}={v}" for k, v in args.items()]
+
+    def network_attempts(self) -> list[str]:
+        if not self.netlog.exists():
+            return []
+        return self.netlog.read_text().splitlines()
+
+
+def _installed() -> list[Path]:
+    old = OLD_ULTRALYTICS / "ultralytics"
+    return [ULTRALYTICS, *([old] if old.is_dir() else [])]
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    return Workspace(tmp_path_factory.mktemp("yolo"))
+
+
+def _dmlpatch_run(
+    ws: Workspace,
+    argv: list[str],
+    device: Optional[str] = "sim",
+    report: Optional[Path] = None,
+    old: bool = False,
+) -> Result:
+    options = [f"--device={device}"] if device else []
+    if report is not None:
+        options.append(f"--report={report}")
+    return run_python(["-m", "dmlpatch", "run", *options, "yolo", *argv], env=ws.env(old=old))
+
+
+def _train_losses(results_csv: Path) -> list[float]:
+    with results_csv.open() as stream:
+        row = next(csv.DictReader(stream, skipinitialspace=True))
+    return [float(row[f"train/{k}_loss"]) for k in ("box", "cls", "dfl")]
+
+
+def _assert_ok(result: Result) -> None:
+    assert result.code == 0, result.err[-3000:]
+
+
+# -- the seed's command line -----------------------------------------------------------------
+
+
+def test_cli_train_val_predict_under_dmlpatch_run(ws: Workspace) -> None:
+    report = ws.root / "train-report.json"
+    train = _dmlpatch_run(ws, ws.yolo_args("train", "cli"), report=report)
+    _assert_ok(train)
+    output = train.out + train.err
+    assert ADAPTER in output
+    assert AMP_WARNING not in output  # amp=False: nothing to say
+    data = json.loads(report.read_text())
+    assert data["ops"]["refused"] == {}
+    assert data["ops"]["native"]["aten::convolution_overrideable"] > 0
+    assert data["ops"]["native"]["aten::convolution_backward_overrideable"] > 0
+    assert "aten::_unique2" not in data["ops"]["fallback"]
+
+    best = ws.runs / "cli" / "weights" / "best.pt"
+    for mode in ("val", "predict"):
+        report = ws.root / f"{mode}-report.json"
+        result = _dmlpatch_run(
+            ws, ws.yolo_args(mode, f"cli-{mode}", model=str(best)), report=report
+        )
+        _assert_ok(result)
+        assert ADAPTER in result.out + result.err
+        data = json.loads(report.read_text())
+        assert data["ops"]["refused"] == {}
+        # NMS ran on the device: torchvision has no DirectML kernel to fall back from.
+        assert "torchvision::nms" not in data["ops"]["fallback"]
+    assert ws.network_attempts() == []
+
+
+@pytest.fixture(scope="module")
+def activated(ws: Workspace) -> Iterator[str]:
+    """A throw-away venv that sees our site-packages, activated with --device sim."""
+    import site
+
+    root = Path(tempfile.mkdtemp(prefix="dmlpatch-yolo-venv-"))
+    venv.EnvBuilder(with_pip=False).create(root)
+    python = str(root / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    (Path(purelib) / "_test_link.pth").write_text(
+        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
+    )
+    result = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+    assert result.code == 0, result.err
+    try:
+        yield python
+    finally:
+        run_python(["-m", "dmlpatch", "deactivate"], python=python)
+        shutil.rmtree(root)
+
+
+def test_cli_after_activate_with_amp_true(ws: Workspace, activated: str) -> None:
+    python = activated
+    train = run_python(
+        [*YOLO, *ws.yolo_args("train", "activated", amp="True")], env=ws.env(), python=python
+    )
+    _assert_ok(train)
+    output = train.out + train.err
+    assert ADAPTER in output
+    assert output.count(AMP_WARNING) == 1
+    best = ws.runs / "activated" / "weights" / "best.pt"
+    for mode in ("val", "predict"):
+        result = run_python(
+            [*YOLO, *ws.yolo_args(mode, f"activated-{mode}", model=str(best))],
+            env=ws.env(),
+            python=python,
+        )
+        _assert_ok(result)
+        assert ADAPTER in result.out + result.err
+    assert ws.network_attempts() == []
+
+    # deactivate restores stock ultralytics: device=dml is a CUDA request again.
+    assert run_python(["-m", "dmlpatch", "deactivate"], python=python).code == 0
+    stock = run_python(
+        [*YOLO, *ws.yolo_args("predict", "stock", model=str(best))], env=ws.env(), python=python
+    )
+    assert stock.code != 0
+    assert "Invalid CUDA 'device=dml' requested" in stock.err
+
+
+# -- the Python API, against the CPU ----------------------------------------------------------
+
+
+def _api(ws: Workspace, device: str, under_dmlpatch: bool, old: bool = False) -> dict:
+    out = ws.root / f"api-{device}-{old}.json"
+    script = [
+        str(HERE / "train_api.py"),
+        str(ws.data),
+        str(ws.runs / f"api-{device}-{old}"),
+        str(out),
+        device,
+        "False",
+    ]
+    prefix = ["-m", "dmlpatch", "--device", "sim"] if under_dmlpatch else []
+    result = run_python([*prefix, *script], env=ws.env(old=old))
+    _assert_ok(result)
+    return json.loads(out.read_text())
+
+
+def test_api_on_sim_matches_cpu_with_every_copy_accounted(ws: Workspace) -> None:
+    cpu = _api(ws, "cpu", under_dmlpatch=False)
+    sim = _api(ws, "dml", under_dmlpatch=True)
+    assert len(sim["steps"]) == len(cpu["steps"]) == 2
+    for on_sim, on_cpu in zip(sim["steps"], cpu["steps"]):
+        assert on_sim["losses"].keys() == on_cpu["losses"].keys()
+        for key, value in on_cpu["losses"].items():
+            assert on_sim["losses"][key] == pytest.approx(value, rel=1e-5, abs=1e-6)
+    assert sim["conv_devices"] == ["privateuseone:0 privateuseone:0"]
+    assert sim["parameters"] == ["privateuseone:0"]
+    assert sim["predicted"] == cpu["predicted"]
+    assert sim["predict_device"] == "privateuseone:0"
+    for step in sim["steps"]:
+        copies = step["copies"]
+        # The loader's batch: img, cls, bboxes, batch_idx.
+        assert copies["batch"] == {"h2d": 4, "d2h": 0, "d2d": 0, "fallback": 0, "refused": 0}
+        # Forward+loss+backward: 6 are ultralytics' make_anchors grids (torch.arange on the
+        # CPU, 2 per feature level), as on CUDA; 3 more come from the loss and are the same on
+        # the gap-free permissive profile (not yet traced to their lines). No operator may fall
+        # back to the CPU or be refused.
+        assert copies["compute"]["fallback"] == 0, copies
+        assert copies["compute"]["refused"] == 0
+        assert copies["compute"]["h2d"] == 9
+        assert copies["compute"]["d2d"] == 0
+        # The progress line reads the losses as Python numbers (scalar reads, not copies).
+        assert copies["logging"] == {"h2d": 0, "d2h": 0, "d2d": 0, "fallback": 0, "refused": 0}
+    assert ws.network_attempts() == []
+
+
+# -- without dmlpatch, and bad requests --------------------------------------------------------
+
+SEED_EDIT = """
+import sys, torch
+from dmlpatch import sim
+sim.load()  # the simulated DirectML device, no patches
+import ultralytics.engine.trainer as trainer
+# The seed's hand edit of select_device: a 'dml' branch returning the DirectML device.
+trainer.select_device = lambda device='', *a, **k: torch.device('privateuseone', 0)
+from ultralytics import YOLO
+YOLO('yolov8n.yaml').train(data=sys.argv[1], epochs=1, imgsz=64, batch=4, workers=0,
+    device='dml', amp=False, project=sys.argv[2], name='seed', plots=False)
+"""
+
+
+def test_without_dmlpatch_the_seed_errors_come_back(ws: Workspace) -> None:
+    plain = run_python([*YOLO, *ws.yolo_args("train", "plain")], env=ws.env())
+    assert plain.code != 0
+    assert "Invalid CUDA 'device=dml' requested" in plain.err
+    edited = run_python(["-c", SEED_EDIT, str(ws.data), str(ws.runs)], env=ws.env())
+    assert edited.code != 0
+    assert edited.err.rstrip().splitlines()[-1] == f"RuntimeError: {SEED_ERROR}"
+
+
+def test_dml_without_directml_names_the_reason(ws: Workspace) -> None:
+    result = _dmlpatch_run(ws, ws.yolo_args("predict", "no-dml"), device=None)
+    assert result.code != 0
+    last = result.err.rstrip().splitlines()[-1]
+    assert last.startswith("ValueError: Invalid DirectML 'device=dml' requested: dmlpatch runs ")
+    assert "DirectML unavailable: torch-directml is not installed" in last
+    assert "Use 'device=cpu', or 'device=sim' for the simulated DirectML device." in last
+
+
+def test_adapter_out_of_range_gives_the_valid_range(ws: Workspace) -> None:
+    result = _dmlpatch_run(ws, ws.yolo_args("predict", "dml7", device="dml:7"))
+    assert result.code != 0
+    assert result.err.rstrip().splitlines()[-1] == (
+        "ValueError: Invalid DirectML 'device=dml:7' requested: only 1 DirectML adapter(s) "
+        "available (dml:0 = Simulated Radeon (discrete)); valid: 'device=dml' or "
+        "'device=dml:0'."
+    )
+
+
+def test_device_sim_loads_the_simulator_on_demand(ws: Workspace) -> None:
+    best = ws.runs / "cli" / "weights" / "best.pt"
+    result = _dmlpatch_run(
+        ws, ws.yolo_args("predict", "sim-demand", device="sim", model=str(best)), device=None
+    )
+    _assert_ok(result)
+    assert ADAPTER in result.out + result.err
+
+
+# -- ultralytics 8.1 (the seeds' era) ----------------------------------------------------------
+
+
+def test_ultralytics_8_1_trains_on_sim_like_on_cpu(ws: Workspace) -> None:
+    assert (OLD_ULTRALYTICS / "ultralytics").is_dir(), f"install it first: {OLD_INSTALL}"
+    sim = _dmlpatch_run(ws, ws.yolo_args("train", "old-sim", amp="True", plots="False"), old=True)
+    _assert_ok(sim)
+    output = sim.out + sim.err
+    assert "Ultralytics YOLOv8.1.47 🚀" in output and ADAPTER in output
+    assert output.count(AMP_WARNING) == 1
+    cpu = run_python(
+        [*YOLO, *ws.yolo_args("train", "old-cpu", device="cpu", plots="False")],
+        env=ws.env(old=True),
+    )
+    _assert_ok(cpu)
+    assert _train_losses(ws.runs / "old-sim" / "results.csv") == pytest.approx(
+        _train_losses(ws.runs / "old-cpu" / "results.csv"), rel=1e-5
+    )
+    best = ws.runs / "old-sim" / "weights" / "best.pt"
+    predict = _dmlpatch_run(ws, ws.yolo_args("predict", "old-predict", model=str(best)), old=True)
+    _assert_ok(predict)
+    assert ws.network_attempts() == []
+
+
+def test_ultralytics_files_unchanged(ws: Workspace) -> None:
+    """After every run above: each installed ultralytics file has its sha256 from before."""
+    assert len(ws.installed) == 2, f"ultralytics 8.1 missing; install it first: {OLD_INSTALL}"
+    for path, before in ws.installed.items():
+        assert _digest(path) == before
+
+
+# -- device-side NMS ---------------------------------------------------------------------------
+
+_coordinate = st.integers(min_value=0, max_value=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            _coordinate, _coordinate, st.integers(1, 24), st.integers(1, 24), st.integers(0, 9)
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([0.0, 0.3, 0.5, 0.7, 1.0]),
+)
+def test_greedy_nms_is_torchvision_nms(
+    rows: list[tuple[int, int, int, int, int]], threshold: float
+) -> None:
+    boxes = torch.tensor([[x, y, x + w, y + h] for x, y, w, h, _ in rows], dtype=torch.float32)
+    boxes = boxes.reshape(-1, 4)
+    # Scores with ties, as detections of an untrained model have.
+    scores = torch.tensor([s / 10 for *_, s in rows], dtype=torch.float32)
+    expected = torchvision.ops.nms(boxes, scores, threshold)
+    assert torch.equal(greedy_nms(boxes, scores, threshold), expected)
+
+
+def test_greedy_nms_blocks_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dmlpatch.fixes.ultralytics as fixes
+
+    generator = torch.Generator().manual_seed(0)
+    corners = torch.rand(300, 2, generator=generator) * 100
+    boxes = torch.cat((corners, corners + torch.rand(300, 2, generator=generator) * 30 + 1), 1)
+    scores = torch.rand(300, generator=generator)
+    expected = torchvision.ops.nms(boxes, scores, 0.4)
+    monkeypatch.setattr(fixes, "_BLOCK", 7)  # many row blocks, one partial
+    assert torch.equal(greedy_nms(boxes, scores, 0.4), expected)
