@@ -17,3 +17,9 @@ fi
   setuptools wheel cython numpy
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
   basicsr==1.4.2 facexlib==0.3.0 gfpgan==1.3.8 realesrgan==0.3.0 ultralytics==8.4.190
+# The 2024 ultralytics line (the seeds' era) for the version-gate tests, beside the venv.
+if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/ultralytics-8.1.47 \
+    ultralytics==8.1.47 pandas==2.2.3 seaborn==0.13.2 pytz tzdata py-cpuinfo==9.0.0
+fi

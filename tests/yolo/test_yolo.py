@@ -32,13 +32,14 @@ from support import Result, run_python
 
 HERE = Path(__file__).resolve().parent
 ULTRALYTICS = Path(__import__("ultralytics").__file__).parent
+# scripts/setup.sh installs the 2024 line (the seeds' era) beside the venv, not into it.
 OLD_ULTRALYTICS = Path(
-    os.environ.get("DMLPATCH_ULTRALYTICS_8_1", "/tmp/dmlpatch-ultralytics-8.1.47")
+    os.environ.get(
+        "DMLPATCH_ULTRALYTICS_8_1",
+        str(HERE.parent.parent / ".cache" / "ultralytics-8.1.47"),
+    )
 )
-OLD_INSTALL = (
-    "python -m pip install --no-deps --target /tmp/dmlpatch-ultralytics-8.1.47 "
-    "ultralytics==8.1.47 pandas==2.2.3 seaborn==0.13.2 pytz tzdata py-cpuinfo==9.0.0"
-)
+OLD_INSTALL = "bash scripts/setup.sh (it installs ultralytics 8.1.47 into .cache/)"
 YOLO = [
     "-c",
     # What the `yolo` console script does; argv is set first because ultralytics reads it at
