@@ -193,6 +193,7 @@ def _resolve_dml(spec: Spec) -> Resolution:
 
 def _directml_resolution(spec: Spec, found: Any, indices: tuple[int, ...], why: str) -> Resolution:
     names = tuple(found.names[i] for i in indices)
+    _install_op_fixes("directml")
     return Resolution(spec.text, "directml", "privateuseone", indices, names, why)
 
 
@@ -200,6 +201,7 @@ def _resolve_sim(spec: Spec) -> Resolution:
     from dmlpatch import sim
 
     sim.load()
+    _install_op_fixes("sim")
     names = tuple(sim.device_name(i) for i in range(sim.device_count()))
     indices = _select(spec, names, "simulated DirectML")
     return Resolution(
@@ -210,6 +212,13 @@ def _resolve_sim(spec: Spec) -> Resolution:
         tuple(names[i] for i in indices),
         f"requested {spec.text}: simulated DirectML device, profile {sim.profile()}",
     )
+
+
+def _install_op_fixes(backend: str) -> None:
+    """DirectML's operator gaps fixed on the device, as soon as its backend is loaded."""
+    from dmlpatch import opfix
+
+    opfix.install_for(backend)
 
 
 def _select(spec: Spec, names: tuple[str, ...], what: str) -> tuple[int, ...]:

@@ -23,9 +23,13 @@ print(json.dumps({"torch": t1 - t0, "load": t2 - t1, "x": x}))
 
 
 def _timed(cache: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", TIMED_LOAD], env=sim_env(
-        DMLPATCH_CACHE_DIR=str(cache)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", TIMED_LOAD],
+        env=sim_env(DMLPATCH_CACHE_DIR=str(cache)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _result(proc: subprocess.Popen[str]) -> dict[str, float]:
@@ -42,8 +46,10 @@ def test_concurrent_cold_builds_then_warm_load(tmp_path: Path) -> None:
     built = list((cache / "sim").iterdir())
     assert len(built) == 1 and (built[0] / "complete").is_file()
     warm = _result(_timed(cache))
-    print(f"\ncold build+load: {max(r['load'] for r in cold):.1f} s (two processes at once); "
-          f"warm load: {warm['load'] * 1000:.0f} ms")
+    print(
+        f"\ncold build+load: {max(r['load'] for r in cold):.1f} s (two processes at once); "
+        f"warm load: {warm['load'] * 1000:.0f} ms"
+    )
     assert warm["load"] < 2.0
 
 
@@ -88,20 +94,24 @@ def test_no_compiler(tmp_path: Path) -> None:
     msg = _load_error(DMLPATCH_CACHE_DIR=str(tmp_path / "c1"), CXX=missing)
     assert msg.startswith("cannot build the simulated DirectML device: no C++ compiler")
     assert missing in msg
-    msg = _load_error(DMLPATCH_CACHE_DIR=str(tmp_path / "c2"), CXX=None,
-                      PATH=str(tmp_path / "empty-bin"))
+    msg = _load_error(
+        DMLPATCH_CACHE_DIR=str(tmp_path / "c2"), CXX=None, PATH=str(tmp_path / "empty-bin")
+    )
     assert "no C++ compiler: 'c++' was not found" in msg
 
 
 def test_unknown_profile() -> None:
     msg = _load_error(DMLPATCH_SIM_PROFILE="directml-9")
-    assert msg == ("unknown simulated-device profile 'directml-9'; valid profiles: "
-                   "torch-directml-0.2.5, permissive, pytorch-directml-1.8")
+    assert msg == (
+        "unknown simulated-device profile 'directml-9'; valid profiles: "
+        "torch-directml-0.2.5, permissive, pytorch-directml-1.8"
+    )
 
 
 def test_bad_device_count() -> None:
     assert "DMLPATCH_SIM_DEVICES must be a whole number >= 1" in _load_error(
-        DMLPATCH_SIM_DEVICES="0")
+        DMLPATCH_SIM_DEVICES="0"
+    )
 
 
 def test_torch_directml_already_imported() -> None:

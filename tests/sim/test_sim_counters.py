@@ -15,9 +15,9 @@ def test_counters_shape_is_json(dev: torch.device) -> None:
     sim.reset_counters()
     c = sim.counters()
     json.dumps(c)
-    assert set(c) == {"transfers", "syncs", "ops", "first_calls"}
+    assert set(c) == {"transfers", "syncs", "ops", "copies", "first_calls"}
     assert set(c["transfers"]) == {"h2d", "d2h", "d2d"}
-    assert set(c["ops"]) == {"native", "fallback", "refused"}
+    assert set(c["ops"]) == {"native", "fixed", "fallback", "refused"}
     assert c["transfers"]["h2d"] == {"count": 0, "bytes": 0} and c["syncs"] == 0
 
 
@@ -70,6 +70,8 @@ def test_fallback_costs_no_counted_copies(dev: torch.device) -> None:
     c = sim.counters()
     assert c["ops"]["fallback"] == {"aten::lerp.Scalar_out": 4}
     assert all(c["transfers"][k] == {"count": 0, "bytes": 0} for k in ("h2d", "d2h", "d2d"))
+    # What the calls cost on DirectML: a and b to the CPU, the result back, per call.
+    assert c["copies"] == {"aten::lerp.Scalar_out": {"count": 12, "bytes": 768}}
     assert c["syncs"] == 0
     assert out.device == dev
 

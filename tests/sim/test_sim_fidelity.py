@@ -104,15 +104,28 @@ def test_refusals_in_0_2_5(outcomes: dict[str, Any]) -> None:
     assert o["unique_both"] == ["RuntimeError", COUNTS]
     assert o["avg_pool2d_divisor"] == ["RuntimeError", DIVISOR]
     assert o["avg_pool3d_divisor"] == ["RuntimeError", DIVISOR]
-    assert o["repeat_5d"] == ["RuntimeError",
-                              "the dimesion of at::Tensor must be 4 or lower, but got 5"]
-    assert o["repeat_grows_to_5d"] == ["RuntimeError",
-                                       "the dimesion of at::Tensor must be 4 or lower, but got 5"]
+    assert o["repeat_5d"] == [
+        "RuntimeError",
+        "the dimesion of at::Tensor must be 4 or lower, but got 5",
+    ]
+    assert o["repeat_grows_to_5d"] == [
+        "RuntimeError",
+        "the dimesion of at::Tensor must be 4 or lower, but got 5",
+    ]
     assert o["scatter_src_shape"] == ["RuntimeError", SHAPE]
     assert o["scatter_partial"] == ["RuntimeError", PARTIAL]
     assert o["scatter_value_partial"] == ["RuntimeError", PARTIAL]
-    for fine in ("unique_plain", "avg_pool2d_plain", "repeat_4d", "scatter_ok", "one_hot",
-                 "normal_", "randn", "float64", "float64_to"):
+    for fine in (
+        "unique_plain",
+        "avg_pool2d_plain",
+        "repeat_4d",
+        "scatter_ok",
+        "one_hot",
+        "normal_",
+        "randn",
+        "float64",
+        "float64_to",
+    ):
         assert o[fine] == ["ok", ""], fine
     assert o["lstm"][0] == "NotImplementedError"
     assert "'aten::_thnn_fused_lstm_cell' with arguments from the 'CPU' backend" in o["lstm"][1]
@@ -148,8 +161,10 @@ def test_permissive_has_no_gaps(outcomes: dict[str, Any]) -> None:
 
 def test_float64_switch(outcomes: dict[str, Any]) -> None:
     o = outcomes["no-float64"]
-    text = ("privateuseone:0 has no float64 support (torch_directml.has_float64_support() is "
-            "False): use float32.")
+    text = (
+        "privateuseone:0 has no float64 support (torch_directml.has_float64_support() is "
+        "False): use float32."
+    )
     assert o["float64"] == ["RuntimeError", text]
     assert o["float64_to"] == ["RuntimeError", text]
     assert o["has_float64_support"] is False
@@ -160,16 +175,28 @@ def test_every_rule_has_a_source_and_is_exercised() -> None:
     for profile in PROFILES.values():
         for rule in profile.rules:
             assert rule.source and rule.message
-    assert {r.op for r in RULES_0_2_5} == {"aten::_unique2", "aten::avg_pool2d",
-                                            "aten::avg_pool3d", "aten::scatter",
-                                            "aten::scatter_", "aten::repeat"}
+    assert {r.op for r in RULES_0_2_5} == {
+        "aten::_unique2",
+        "aten::avg_pool2d",
+        "aten::avg_pool3d",
+        "aten::scatter",
+        "aten::scatter_",
+        "aten::repeat",
+    }
 
 
 def test_merged_names_are_native() -> None:
     index = opindex.load_index(None)
     native = opindex.native_set(opindex.listed_ops(), index)
-    for name in (*opindex.EXPECTED_MERGED, "add.Tensor", "mul_.Tensor", "_softmax",
-                 "native_layer_norm", "view", "empty.memory_format"):
+    for name in (
+        *opindex.EXPECTED_MERGED,
+        "add.Tensor",
+        "mul_.Tensor",
+        "_softmax",
+        "native_layer_norm",
+        "view",
+        "empty.memory_format",
+    ):
         assert name in native, name
     for name in ("lerp.Scalar_out", "_thnn_fused_lstm_cell", "atan2.Tensor" + "_nope"):
         assert name not in native, name

@@ -83,10 +83,13 @@ def test_save_load_round_trips(dev: torch.device) -> None:
 
 def test_mixed_devices_are_refused(dev: torch.device) -> None:
     x = torch.ones(3, device=dev)
-    with pytest.raises(RuntimeError, match=(
-        r"^Expected all tensors to be on the same device, but found at least two devices, "
-        r"privateuseone:0 and cpu!$"
-    )):
+    with pytest.raises(
+        RuntimeError,
+        match=(
+            r"^Expected all tensors to be on the same device, but found at least two devices, "
+            r"privateuseone:0 and cpu!$"
+        ),
+    ):
         x + torch.ones(3)
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3, device=dev), torch.ones(1, 1, 1, 1))
@@ -96,8 +99,16 @@ def test_mixed_devices_are_refused(dev: torch.device) -> None:
 
 @pytest.mark.parametrize(
     "dtype",
-    [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64,
-     torch.uint8, torch.bool],
+    [
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    ],
 )
 def test_dtypes(dev: torch.device, dtype: torch.dtype) -> None:
     ref = torch.arange(6).reshape(2, 3).to(dtype)
@@ -132,8 +143,9 @@ def test_torchvision_ops_through_fallback(dev: torch.device) -> None:
     feat = torch.randn(1, 3, 16, 16)
     rois = [boxes[:2]]
     ref = torchvision.ops.roi_align(feat, rois, output_size=2, spatial_scale=0.5)
-    got = torchvision.ops.roi_align(feat.to(dev), [r.to(dev) for r in rois], output_size=2,
-                                    spatial_scale=0.5)
+    got = torchvision.ops.roi_align(
+        feat.to(dev), [r.to(dev) for r in rois], output_size=2, spatial_scale=0.5
+    )
     assert torch.equal(got.cpu(), ref)
 
 

@@ -99,7 +99,12 @@ def profiles() -> list[str]:
 
 
 def counters() -> dict[str, Any]:
-    """Transfers, syncs and per-operator calls since the last reset (JSON-able)."""
+    """Transfers, syncs, per-operator calls and copies since the last reset (JSON-able).
+
+    ``{"transfers": {"h2d"|"d2h"|"d2d": {"count", "bytes"}}, "syncs": n,
+    "ops": {"native"|"fixed"|"fallback"|"refused": {op: calls}},
+    "copies": {op: {"count", "bytes"}}, "first_calls": {op: stack}}``.
+    """
     _require()
     from dmlpatch.sim import counting as _counters
 

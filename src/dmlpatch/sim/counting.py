@@ -1,9 +1,14 @@
 """Transfer, sync and per-operator counters kept by the C++ backend, as a JSON-able dict.
 
 Counts are per call and come from the kernels themselves (never from warnings, which fire once
-per operator). The backend reports the first call of each fallback operator (and, with
-``DMLPATCH_TRACE=1``, of each refused one) through ``dmlpatch_sim::_notify``; the hook below
-issues DirectML's warning as a Python UserWarning and records the Python stack of that call.
+per operator). ``fixed`` counts calls served by a dmlpatch fix (:mod:`dmlpatch.opfix`);
+``copies`` gives, per operator, the host<->device copies its calls cost on DirectML (its CPU
+fallback copies arguments out and results back; the simulator itself copies nothing, so these
+appear in ``transfers`` only when they really happen, as for ``DMLPATCH_CPU_OPS``).
+
+The backend reports the first call of each fallback operator (and, with ``DMLPATCH_TRACE=1``,
+of each refused or fixed one) through ``dmlpatch_sim::_notify``; the hook below issues
+DirectML's warning as a Python UserWarning and records the Python stack of that call.
 """
 
 from __future__ import annotations
@@ -77,19 +82,28 @@ def snapshot() -> dict[str, Any]:
     """Counters since the last reset (see :func:`dmlpatch.sim.counters`)."""
     transfers: dict[str, dict[str, int]] = {}
     syncs = 0
-    ops: dict[str, dict[str, int]] = {"native": {}, "fallback": {}, "refused": {}}
+    ops: dict[str, dict[str, int]] = {"native": {}, "fixed": {}, "fallback": {}, "refused": {}}
+    copies: dict[str, dict[str, int]] = {}
     for line in torch.ops.dmlpatch_sim.counters().splitlines():
         fields = line.split("\t")
         if fields[0] == "transfer":
             transfers[fields[1]] = {"count": int(fields[2]), "bytes": int(fields[3])}
         elif fields[0] == "syncs":
             syncs = int(fields[1])
+        elif fields[0] == "copies":
+            copies[fields[1]] = {"count": int(fields[2]), "bytes": int(fields[3])}
         else:
             table = ops[fields[0]]
             table[fields[1]] = table.get(fields[1], 0) + int(fields[2])
     with _first_calls_lock:
         first_calls = dict(_first_calls)
-    return {"transfers": transfers, "syncs": syncs, "ops": ops, "first_calls": first_calls}
+    return {
+        "transfers": transfers,
+        "syncs": syncs,
+        "ops": ops,
+        "copies": copies,
+        "first_calls": first_calls,
+    }
 
 
 def reset() -> None:

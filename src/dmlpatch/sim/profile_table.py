@@ -147,3 +147,11 @@ def resolve(name: str | None = None) -> Profile:
         raise DeviceUnavailable(
             f"unknown simulated-device profile {chosen!r}; valid profiles: {', '.join(names())}"
         ) from None
+
+
+def refused_ops(name: str | None = None) -> frozenset[str]:
+    """Operators (``aten::name``, all overloads) that a profile refuses some arguments of.
+
+    :mod:`dmlpatch.opfix` asks this to install only the fixes a profile needs.
+    """
+    return frozenset(rule.op for rule in resolve(name).rules)

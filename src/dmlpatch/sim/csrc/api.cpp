@@ -38,6 +38,14 @@ std::string counters_text() {
           << calls << '\n';
     }
     if (refused > 0) out << "refused\t" << rec->name << '\t' << refused << '\n';
+    const int64_t fixed = rec->fixed.load();
+    if (fixed > 0) out << "fixed\t" << rec->name << '\t' << fixed << '\n';
+    const int64_t forced = rec->forced.load();
+    if (forced > 0) out << "fallback\t" << rec->name << '\t' << forced << '\n';
+    const int64_t copies = rec->copies.load();
+    if (copies > 0) {
+      out << "copies\t" << rec->name << '\t' << copies << '\t' << rec->copy_bytes.load() << '\n';
+    }
   }
   return out.str();
 }
@@ -51,8 +59,31 @@ void reset_counters() {
   for (OpRecord* rec : all_records()) {
     rec->calls.store(0);
     rec->refused.store(0);
+    rec->fixed.store(0);
+    rec->forced.store(0);
+    rec->copies.store(0);
+    rec->copy_bytes.store(0);
     rec->traced.store(false);
   }
+}
+
+// A call served outside the kernels: by a dmlpatch fix ("fixed") or sent to the CPU by
+// DMLPATCH_CPU_OPS ("fallback", with the copies it made). Called from dmlpatch.opfix.
+void record_call(const std::string& category, const std::string& name, int64_t copies,
+                 int64_t bytes) {
+  OpRecord* rec = op_record(name);
+  if (category == "fixed") {
+    rec->fixed.fetch_add(1, std::memory_order_relaxed);
+  } else if (category == "fallback") {
+    rec->forced.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    TORCH_CHECK(false, "record_call: unknown category ", category);
+  }
+  if (copies > 0) {
+    rec->copies.fetch_add(copies, std::memory_order_relaxed);
+    rec->copy_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  if (config().trace && !rec->traced.exchange(true)) notify_python(rec, false, category.c_str());
 }
 
 int64_t set_classes_op(int64_t default_class, const std::string& native,
@@ -95,6 +126,7 @@ TORCH_LIBRARY(dmlpatch_sim, m) {
   m.def("add_rule(str op, str predicate, str args, int limit, str message) -> ()", &add_rule);
   m.def("register_direct(str names) -> str", &register_direct);
   m.def("counters() -> str", &counters_text);
+  m.def("record_call(str category, str name, int copies, int bytes) -> ()", &record_call);
   m.def("reset_counters() -> ()", &reset_counters);
   m.def("_notify(Tensor anchor, str name, bool warn, str trace) -> ()");
 }

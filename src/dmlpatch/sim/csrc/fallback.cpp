@@ -131,12 +131,20 @@ const std::string* broken_rule(const OpEntry* rec, const torch::jit::Stack& stac
 
 // ---- argument and result conversion ----
 
+int64_t nbytes_of(const at::Tensor& t) {
+  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+}
+
 struct Call {
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 8> storages;
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 8> tensors;  // (device, CPU alias)
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> fresh;
+  // Per schema argument: the device tensor it held (for written-argument copies), or null.
+  c10::SmallVector<const c10::TensorImpl*, 8> written;
   c10::DeviceIndex index = -1;
   c10::optional<c10::Device> stranger;  // a tensor on another device
+  int64_t adopted = 0;        // results that are new device tensors (copied back on DirectML)
+  int64_t adopted_bytes = 0;
 
   at::Tensor to_cpu(const at::Tensor& t) {
     if (!t.defined()) return t;
@@ -218,6 +226,8 @@ struct Call {
     const c10::DeviceIndex target = index >= 0 ? index : current_device();
     check_dtype(r.scalar_type(), target);
     at::Tensor t = adopt_cpu(r, target);
+    adopted += 1;
+    adopted_bytes += nbytes_of(r);
     fresh.emplace_back(si, t.storage());
     return t;
   }
@@ -234,6 +244,30 @@ struct Call {
     return v;
   }
 };
+
+// Counts the copies DirectML's CPU fallback makes for this call (the simulator makes none):
+// every device tensor argument to the CPU, every written argument and new result back.
+void count_fallback_copies(OpRecord* rec, const c10::OperatorHandle& op, const Call& call) {
+  int64_t copies = call.adopted;
+  int64_t bytes = call.adopted_bytes;
+  for (const auto& p : call.tensors) {
+    copies += 1;
+    bytes += nbytes_of(p.first);
+  }
+  const auto& arguments = op.schema().arguments();
+  for (const auto& p : call.tensors) {
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const auto* alias = arguments[i].alias_info();
+      if (alias != nullptr && alias->isWrite() && call.written.size() > i &&
+          call.written[i] == p.first.unsafeGetTensorImpl()) {
+        copies += 1;
+        bytes += nbytes_of(p.first);
+      }
+    }
+  }
+  rec->copies.fetch_add(copies, std::memory_order_relaxed);
+  rec->copy_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
 
 bool is_scalar_write(const c10::OperatorName& name, const torch::jit::Stack& stack,
                      size_t base) {
@@ -358,7 +392,14 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   }
 
   Call call;
-  for (size_t i = base; i < stack->size(); ++i) (*stack)[i] = call.to_cpu((*stack)[i]);
+  for (size_t i = base; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    call.written.push_back(v.isTensor() && v.toTensor().defined() &&
+                                   v.toTensor().device().type() == kSim
+                               ? v.toTensor().unsafeGetTensorImpl()
+                               : nullptr);
+    (*stack)[i] = call.to_cpu(v);
+  }
   if (call.stranger && !entry->host_tensors_ok) {
     const c10::Device mine(kSim, call.index < 0 ? 0 : call.index);
     TORCH_CHECK(false,
@@ -380,6 +421,7 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     (*stack)[i] = call.to_device((*stack)[i]);
   }
   for (const auto& p : call.tensors) sync_back(p.first, p.second);
+  if (rec->cls == OpClass::Fallback) count_fallback_copies(rec, op, call);
 }
 
 }  // namespace dmlsim

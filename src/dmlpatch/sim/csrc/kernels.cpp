@@ -160,6 +160,12 @@ at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   } else {
     count_transfer(Transfer::D2H, host_bytes(dst));
   }
+  if (config().drop_scalar_writes && dst_dev && dst.numel() == 1 &&
+      dst.storage().nbytes() > static_cast<size_t>(dst.element_size())) {
+    // Fault injection: DirectML reportedly drops single-element writes (errors.md); torch
+    // >= 2.5 writes `t[i] = v` as a copy_ into the element rather than a fill_.
+    return dst;
+  }
   at::Tensor cpu_dst = cpu_alias(dst);
   cpu_dst.copy_(cpu_alias(self), non_blocking);
   return dst;

@@ -54,6 +54,12 @@ struct OpRecord {
   OpClass cls = OpClass::Native;
   std::atomic<int64_t> calls{0};
   std::atomic<int64_t> refused{0};
+  std::atomic<int64_t> fixed{0};   // calls served by a dmlpatch fix (dmlpatch.opfix)
+  std::atomic<int64_t> forced{0};  // calls sent to the CPU by DMLPATCH_CPU_OPS
+  // Host<->device copies the calls cause on DirectML: its CPU fallback copies every device
+  // tensor argument to the CPU, and every written argument and new result back.
+  std::atomic<int64_t> copies{0};
+  std::atomic<int64_t> copy_bytes{0};
   std::atomic<bool> warned{false};
   std::atomic<bool> traced{false};
 };

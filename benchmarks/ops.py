@@ -1,0 +1,105 @@
+"""Cost of each op fix on the simulated device: fixed on the device vs DirectML's CPU-fallback
+path (two copies per call, forced with DMLPATCH_CPU_OPS's kernel) vs the CPU, copies per call;
+and the accounting observer's cost, off and on.
+
+    python benchmarks/ops.py [--repeat N]
+
+The simulated device runs CPU kernels, so the figures compare code paths (kernel launches,
+copies), not a GPU. Copies per call come from the simulator's counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+import torch
+
+import dmlpatch.sim as sim
+from dmlpatch import opfix
+from dmlpatch.opfix import cpu_ops
+from dmlpatch.opfix.observer import Observer
+
+PROFILE = "torch-directml-0.2.5"
+
+
+def _time(call: Callable[[], Any], repeat: int) -> float:
+    call()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        call()
+    return (time.perf_counter() - start) / repeat * 1e6
+
+
+def _cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.device], Any]]]:
+    batch = torch.randint(0, 16, (512,))
+    image = torch.randn(8, 16, 32, 32)
+    small = torch.randn(2, 3, 4, 1, 2)
+    base, index = torch.zeros(64, 64), torch.randint(0, 64, (32, 16))
+    src = torch.randn(40, 20)
+    tensors = {
+        d: (batch.to(d), image.to(d), small.to(d), base.to(d), index.to(d), src.to(d))
+        for d in (dev, torch.device("cpu"))
+    }
+    return {
+        "unique(return_counts)": (
+            "aten::_unique2",
+            lambda d: tensors[d][0].unique(return_counts=True),
+        ),
+        "avg_pool2d(divisor)": (
+            "aten::avg_pool2d",
+            lambda d: torch.nn.functional.avg_pool2d(tensors[d][1], 3, 2, 1, divisor_override=5),
+        ),
+        "repeat(5-D)": ("aten::repeat", lambda d: tensors[d][2].repeat(2, 1, 2, 3, 2)),
+        "scatter(partial)": (
+            "aten::scatter.src",
+            lambda d: tensors[d][3].scatter(0, tensors[d][4], tensors[d][5]),
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=200)
+    repeat = parser.parse_args().repeat
+    sim.load(PROFILE)
+    dev = sim.device()
+    opfix.install("sim", PROFILE)
+    library = torch.library.Library("aten", "IMPL")  # the CPU-fallback path, per op
+    print(f"{'op':24} {'fixed us':>9} {'fallback us':>11} {'cpu us':>8} {'copies/call':>11}")
+    for label, (op, call) in _cases(dev).items():
+        fixed = _time(lambda call=call: call(dev), repeat)
+        sim.reset_counters()
+        call(dev)
+        fixed_copies = sum(v["count"] for v in sim.counters()["transfers"].values())
+        cpu = _time(lambda call=call: call(torch.device("cpu")), repeat)
+        opfix.uninstall()
+        forced = torch.library.Library("aten", "IMPL")
+        for overload in cpu_ops.resolve(op):
+            forced.impl(overload.name().split("::")[1], cpu_ops.cpu_kernel(overload), "PrivateUse1")
+        fallback = _time(lambda call=call: call(dev), repeat)
+        sim.reset_counters()
+        call(dev)
+        fallback_copies = sum(v["count"] for v in sim.counters()["transfers"].values())
+        forced._destroy()
+        opfix.install("sim", PROFILE)
+        print(
+            f"{label:24} {fixed:9.1f} {fallback:11.1f} {cpu:8.1f} "
+            f"{fixed_copies:>5} vs {fallback_copies:<3}"
+        )
+    library._destroy()
+
+    a = torch.randn(64, 64, device=dev)
+    step = lambda: torch.relu(a @ a + 1).sum()  # noqa: E731
+    off = _time(step, repeat * 5)
+    with Observer(PROFILE):
+        on = _time(step, repeat * 5)
+    print(
+        f"observer: off {off:.1f} us/step (no mode installed: the same code path), "
+        f"on {on:.1f} us/step ({(on - off) / 4:.1f} us per operator call)"
+    )
+
+
+if __name__ == "__main__":
+    main()

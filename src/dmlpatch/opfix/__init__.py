@@ -1,0 +1,185 @@
+"""On-device replacements for the operators DirectML refuses or sends to the CPU.
+
+torch-directml refuses some argument combinations outright (``unique`` with counts or
+inverse, ``avg_pool`` with ``divisor_override``, ``repeat`` beyond 4-D, ``scatter`` shapes; the
+2022 package even ``normal_``) and runs operators it lacks on the CPU, two copies per call.
+Each module here fixes one family with kernels composed only of operators DirectML runs
+natively, registered for the ``PrivateUse1`` dispatch key with :mod:`torch.library`:
+
+========== ==================================================================================
+unique     ``_unique2`` (counts/inverse), ``unique_dim``, ``unique_consecutive`` and friends
+pooling    ``avg_pool2d``/``avg_pool3d`` with ``divisor_override``
+repeat     ``repeat`` to more than 4 dimensions
+scatter    ``scatter``/``scatter_`` with an index smaller than ``self`` or ``src``
+random     ``normal_`` (pytorch-directml 1.8) from ``uniform_`` and Box-Muller
+cpu_ops    ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
+========== ==================================================================================
+
+A fix is installed only where the backend has the gap it fixes: on the simulated device per
+profile (:mod:`dmlpatch.sim.profile_table`), on real DirectML per torch-directml release
+(:data:`DIRECTML_RELEASES`). A fixed kernel that receives arguments DirectML handles itself
+passes them to DirectML's own kernel (through the operator's ``.out`` variant, which it
+registers), so only the calls DirectML would refuse change path.
+
+Every call a fix serves is counted as ``fixed`` through :func:`dmlpatch.opfix._accounting.record`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+if TYPE_CHECKING:
+    import torch
+
+    from dmlpatch.opfix._kernel import Kernel
+
+CPU_OPS_ENV = "DMLPATCH_CPU_OPS"
+
+#: torch-directml releases and the simulator profile that reproduces their gaps, oldest first.
+#: A release up to and including a listed one has that one's gaps; a release newer than all
+#: of them is assumed to keep the newest one's (no later release is known to close them, and
+#: a fix DirectML no longer needs only costs the composition of native kernels).
+DIRECTML_RELEASES: tuple[tuple[str, str], ...] = (("0.2.5.dev240914", "torch-directml-0.2.5"),)
+
+#: The modules holding fixes, in installation order.
+FAMILIES = ("unique", "pooling", "repeat", "scatter", "random")
+
+
+class Installed(NamedTuple):
+    """What :func:`install` registered: operator overloads served by fixes, and forced to CPU."""
+
+    backend: str
+    profile: Optional[str]
+    fixes: tuple[str, ...]
+    cpu_ops: tuple[str, ...]
+
+
+_lock = threading.Lock()
+_library: Optional[torch.library.Library] = None
+_installed: Optional[Installed] = None
+
+
+def profile_for_release(version: Optional[str]) -> Optional[str]:
+    """The simulator profile describing a torch-directml release (None if not installed)."""
+    if version is None:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return DIRECTML_RELEASES[-1][1]
+    for release, profile in DIRECTML_RELEASES:
+        if wanted <= Version(release):
+            return profile
+    return DIRECTML_RELEASES[-1][1]
+
+
+def gaps(profile: str) -> tuple[frozenset[str], frozenset[str]]:
+    """``(refused, native)`` for a profile: operators with refusal rules, and the overloads
+    DirectML runs natively (names without ``aten::``); everything else falls back to the CPU.
+    """
+    from dmlpatch.sim import opindex, profile_table
+
+    chosen = profile_table.resolve(profile)
+    refused = profile_table.refused_ops(profile)
+    if not chosen.has_gaps:
+        return refused, frozenset({"*"})
+    return refused, frozenset(opindex.native_set(opindex.listed_ops(), None))
+
+
+def kernels() -> list[Kernel]:
+    """Every fix kernel this package has, in installation order."""
+    import importlib
+
+    found: list[Kernel] = []
+    for family in FAMILIES:
+        module = importlib.import_module(f"dmlpatch.opfix.{family}")
+        found.extend(module.KERNELS)
+    return found
+
+
+def needed(kernel: Kernel, refused: frozenset[str], native: frozenset[str]) -> bool:
+    """Whether a profile has the gap ``kernel`` fixes."""
+    if kernel.gap == "refused":
+        return kernel.op in refused
+    return "*" not in native and kernel.name not in native
+
+
+def install(backend: str, profile_or_version: Optional[str]) -> Installed:
+    """Register the fixes ``backend`` needs (``sim`` with a profile name, ``directml`` with the
+    torch-directml version) and the ``DMLPATCH_CPU_OPS`` operators; idempotent per process.
+
+    Returns what was installed. Raises :class:`~dmlpatch.errors.UsageError` for a bad
+    ``DMLPATCH_CPU_OPS``.
+    """
+    global _library, _installed
+    import torch
+
+    from dmlpatch.opfix import _accounting, cpu_ops
+
+    with _lock:
+        if _installed is not None:
+            return _installed
+        if backend == "sim":
+            profile: Optional[str] = profile_or_version
+            _accounting.use_sim_counters()
+        elif backend == "directml":
+            profile = profile_for_release(profile_or_version)
+        else:
+            raise ValueError(f"op fixes are for the sim and directml backends, not {backend!r}")
+        forced_ops = cpu_ops.resolve(os.environ.get(CPU_OPS_ENV, ""))
+        forced_names = {op.name() for op in forced_ops}
+        library = torch.library.Library("aten", "IMPL")
+        fixes: list[str] = []
+        if profile is not None:
+            refused, native = gaps(profile)
+            for kernel in kernels():
+                # A user's DMLPATCH_CPU_OPS entry wins over our fix.
+                if needed(kernel, refused, native) and kernel.qualified not in forced_names:
+                    library.impl(kernel.name, kernel.function, "PrivateUse1")
+                    fixes.append(kernel.qualified)
+        forced = cpu_ops.register(library, forced_ops)
+        _library = library
+        _installed = Installed(backend, profile, tuple(fixes), tuple(forced))
+        return _installed
+
+
+def install_for(backend: str) -> Optional[Installed]:
+    """:func:`install` for the loaded ``sim`` or ``directml`` backend (its profile or release).
+
+    A fix that fails to register is reported once and skipped: the program then meets
+    DirectML's own behaviour for that operator, as without dmlpatch.
+    """
+    from dmlpatch import log
+
+    if backend == "sim":
+        from dmlpatch import sim
+
+        detail: Optional[str] = sim.profile()
+    else:
+        from dmlpatch._metadata import version_of
+
+        detail = version_of("torch-directml")
+    try:
+        return install(backend, detail)
+    except RuntimeError as error:
+        log.warn_once("opfix", f"operator fixes not installed: {error}")
+        return None
+
+
+def installed() -> Optional[Installed]:
+    """What :func:`install` registered in this process, or None."""
+    return _installed
+
+
+def uninstall() -> None:
+    """Remove every registered kernel: DirectML's own kernels serve the operators again."""
+    global _library, _installed
+    with _lock:
+        if _library is not None:
+            _library._destroy()
+        _library = None
+        _installed = None

@@ -1,0 +1,27 @@
+"""Fixtures for the op-fix tests: the simulated device (default profile, default build cache)
+with dmlpatch's fixes installed for the duration of each test module, then removed, so that
+other suites in the same process see the device as DirectML ships it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch
+from tests.opfix.helpers import PROFILE
+
+import dmlpatch.sim as sim
+from dmlpatch import opfix
+
+
+@pytest.fixture(scope="module")
+def dev() -> Iterator[torch.device]:
+    """``privateuseone:0`` of the simulated device with the 0.2.5 profile's fixes installed."""
+    for key in [k for k in os.environ if k.startswith("DMLPATCH_SIM_") or k == opfix.CPU_OPS_ENV]:
+        del os.environ[key]
+    sim.load(PROFILE)
+    opfix.uninstall()
+    opfix.install("sim", PROFILE)
+    yield sim.device(0)
+    opfix.uninstall()

@@ -1,0 +1,65 @@
+"""Helpers for the op-fix tests."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from dmlpatch import opfix
+
+PROFILE = "torch-directml-0.2.5"
+
+#: Integer views for comparing floating-point results bit for bit (NaN payloads, -0.0).
+_BITS = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
+
+
+@contextlib.contextmanager
+def without_fixes() -> Iterator[None]:
+    """The device as DirectML ships it, for the length of the block."""
+    opfix.uninstall()
+    try:
+        yield
+    finally:
+        opfix.install("sim", PROFILE)
+
+
+def no_copies(counters: dict[str, Any]) -> bool:
+    """No host<->device transfer, CPU fallback or refusal happened."""
+    transfers = counters["transfers"]
+    return (
+        all(transfers[k]["count"] == 0 for k in ("h2d", "d2h", "d2d"))
+        and counters["ops"]["fallback"] == {}
+        and counters["ops"]["refused"] == {}
+        and counters["copies"] == {}
+    )
+
+
+def identical(device_result: torch.Tensor, cpu_result: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (exact, also for floats)."""
+    got = device_result.cpu()
+    if got.dtype != cpu_result.dtype or got.shape != cpu_result.shape:
+        return False
+    if got.dtype in _BITS:
+        return torch.equal(got.view(_BITS[got.dtype]), cpu_result.view(_BITS[got.dtype]))
+    return torch.equal(got, cpu_result)
+
+
+def same_values(device_result: torch.Tensor, cpu_result: torch.Tensor) -> bool:
+    """Same dtype, shape and values; NaN equals NaN and -0.0 equals 0.0 (of equal values,
+    which one unique keeps is unspecified: the CPU's unstable sort decides)."""
+    got = device_result.cpu()
+    if got.dtype != cpu_result.dtype or got.shape != cpu_result.shape:
+        return False
+    if got.is_floating_point():
+        return bool(torch.equal(got.isnan(), cpu_result.isnan())) and torch.equal(
+            got.nan_to_num(0.0) + 0.0, cpu_result.nan_to_num(0.0) + 0.0
+        )
+    return torch.equal(got, cpu_result)

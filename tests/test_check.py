@@ -1,0 +1,202 @@
+"""``dmlpatch check``: the table, verdict and exit status on programs with known gaps, and
+``--verify`` catching a silently dropped write without false alarms on the example CNN."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from support import REPO, clean_env, run_python
+
+GAPS = """
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+x = torch.tensor([0, 0, 1, 3, 3], device=device)
+for step in range(3):
+    values, counts = x.unique(return_counts=True)
+    y = torch.lerp(x.float(), x.float() + 1, 0.5)
+z = torch.ones(1, 2, 3, 1, 1, device=device).repeat(1, 1, 1, 2, 2)
+print("counts", counts.tolist(), tuple(z.shape))
+"""
+
+REFUSED = """
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+base = torch.zeros(4, 5, device=device)
+index = torch.tensor([[0, 3], [2, 1]], device=device)
+torch.lerp(base, base, 0.5)
+torch.scatter(base, 0, index, torch.ones(3, 3, device=device), out=torch.empty_like(base))
+"""
+
+WRITE = """
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+t = torch.zeros(4, device=device) + 1
+t[2] = 5.0
+print(t.sum().item())
+"""
+
+
+def _check(
+    tmp_path: Path, write: Callable[[str, str], Path], source: str, *options: str, **env: str
+) -> tuple[Any, dict[str, Any]]:
+    script = write("program.py", source)
+    report = tmp_path / "check.json"
+    result = run_python(
+        ["-m", "dmlpatch", "check", *options, "--json", str(report), script.name],
+        cwd=script.parent,
+        env=clean_env(**env),
+    )
+    return result, json.loads(report.read_text())
+
+
+def test_table_and_verdict_for_known_gaps(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    result, data = _check(tmp_path, write, GAPS)
+    assert result.code == 0, result.err
+    assert "counts [2, 1, 2] (1, 2, 3, 2, 2)" in result.out
+    assert data["ops"] == [
+        {
+            "op": "aten::lerp.Scalar_out",
+            "how": "fallback",
+            "calls": 3,
+            "copies": 9,
+            "bytes": 180,
+            "first_call": "program.py:7",
+        },
+        {
+            "op": "aten::_unique2",
+            "how": "fixed",
+            "calls": 3,
+            "copies": 0,
+            "bytes": 0,
+            "first_call": "program.py:6",
+        },
+        {
+            "op": "aten::repeat",
+            "how": "fixed",
+            "calls": 1,
+            "copies": 0,
+            "bytes": 0,
+            "first_call": "program.py:8",
+        },
+    ]
+    verdict = (
+        "runs on DirectML with 1 fallback costing 9 copies (180 B) per run; "
+        "2 operators fixed on the device"
+    )
+    assert (data["status"], data["exit_code"], data["verdict"]) == ("runs", 0, verdict)
+    lines = result.err.splitlines()
+    assert lines[-1] == "verdict: " + verdict
+    assert lines[-5].split() == [
+        "operator",
+        "how",
+        "calls",
+        "copies",
+        "bytes",
+        "first",
+        "called",
+        "at",
+    ]
+    assert lines[-4].split() == [
+        "aten::lerp.Scalar_out",
+        "fallback",
+        "3",
+        "9",
+        "180",
+        "program.py:7",
+    ]
+    assert lines[-3].split() == ["aten::_unique2", "fixed", "3", "-", "-", "program.py:6"]
+
+
+def test_refusal_without_a_fix_would_fail(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    result, data = _check(tmp_path, write, REFUSED)
+    assert result.code == 1
+    assert "DirectML scatter doesn't allow for index and source" in result.err  # traceback
+    assert data["verdict"] == "would fail: aten::scatter.src_out at program.py:7"
+    assert data["status"] == "fails"
+    assert [(r["op"], r["how"], r["calls"]) for r in data["ops"]] == [
+        ("aten::scatter.src_out", "refused", 1),
+        ("aten::lerp.Scalar_out", "fallback", 1),
+    ]
+
+
+def test_the_programs_own_failures_keep_their_status(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    result, data = _check(tmp_path, write, "import sys\nsys.exit(3)\n")
+    assert result.code == 3 and data["exit_code"] == 3 and data["status"] == "error"
+    result, data = _check(tmp_path, write, "raise ValueError('bad input')\n")
+    assert result.code == 1
+    assert data["verdict"] == "the program failed for another reason: ValueError: bad input"
+    assert "ValueError: bad input" in result.err
+
+
+def test_profile_and_module_forms(tmp_path: Path, write: Callable[[str, str], Path]) -> None:
+    write("noise/__init__.py", "")
+    write(
+        "noise/__main__.py",
+        "import torch\nprint(torch.randn(3, device='privateuseone').sum() != 0)\n",
+    )
+    report = tmp_path / "m.json"
+    result = run_python(
+        [
+            "-m",
+            "dmlpatch",
+            "check",
+            "--profile",
+            "pytorch-directml-1.8",
+            "--json",
+            str(report),
+            "-m",
+            "noise",
+        ],
+        cwd=tmp_path,
+        env=clean_env(PYTHONPATH=str(tmp_path)),
+    )
+    assert result.code == 0, result.err
+    data = json.loads(report.read_text())
+    assert data["profile"] == "pytorch-directml-1.8"
+    assert [(r["op"], r["how"]) for r in data["ops"]] == [("aten::normal_", "fixed")]
+    write("x.py", "")
+    bad = run_python(["-m", "dmlpatch", "check", "--profile", "nope", "x.py"], cwd=tmp_path)
+    assert bad.code == 2 and "unknown simulated-device profile 'nope'" in bad.err
+
+
+def test_verify_catches_a_dropped_write(tmp_path: Path, write: Callable[[str, str], Path]) -> None:
+    result, data = _check(
+        tmp_path, write, WRITE, "--verify", DMLPATCH_SIM_FAULT="drop-scalar-writes"
+    )
+    assert result.code == 1, result.err
+    assert data["divergence"]["op"] == "aten::copy_"
+    assert data["divergence"]["at"] == "program.py:5"
+    assert data["verdict"].startswith("diverges from the CPU: aten::copy_ at program.py:5")
+    clean, data = _check(tmp_path, write, WRITE, "--verify")
+    assert clean.code == 0 and data["divergence"] is None and "8.0" in clean.out
+
+
+def test_verify_has_no_false_positive_on_the_example_cnn(tmp_path: Path) -> None:
+    report = tmp_path / "cnn.json"
+    result = run_python(
+        [
+            "-m",
+            "dmlpatch",
+            "check",
+            "--verify",
+            "--json",
+            str(report),
+            str(REPO / "examples" / "train_cnn.py"),
+            "--epochs",
+            "1",
+        ]
+    )
+    assert result.code == 0, result.err
+    data = json.loads(report.read_text())
+    assert data["divergence"] is None and data["status"] == "runs"
