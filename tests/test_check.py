@@ -16,7 +16,7 @@ device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 x = torch.tensor([0, 0, 1, 3, 3], device=device)
 for step in range(3):
     values, counts = x.unique(return_counts=True)
-    y = torch.lerp(x.float(), x.float() + 1, 0.5)
+    y = torch.hypot(x.float(), x.float() + 1)
 z = torch.ones(1, 2, 3, 1, 1, device=device).repeat(1, 1, 1, 2, 2)
 print("counts", counts.tolist(), tuple(z.shape))
 """
@@ -27,7 +27,7 @@ import torch
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 base = torch.zeros(4, 5, device=device)
 index = torch.tensor([[0, 3], [2, 1]], device=device)
-torch.lerp(base, base, 0.5)
+torch.hypot(base, base)
 torch.scatter(base, 0, index, torch.ones(3, 3, device=device), out=torch.empty_like(base))
 """
 
@@ -62,7 +62,7 @@ def test_table_and_verdict_for_known_gaps(
     assert "counts [2, 1, 2] (1, 2, 3, 2, 2)" in result.out
     assert data["ops"] == [
         {
-            "op": "aten::lerp.Scalar_out",
+            "op": "aten::hypot.out",
             "how": "fallback",
             "calls": 3,
             "copies": 9,
@@ -104,7 +104,7 @@ def test_table_and_verdict_for_known_gaps(
         "at",
     ]
     assert lines[-4].split() == [
-        "aten::lerp.Scalar_out",
+        "aten::hypot.out",
         "fallback",
         "3",
         "9",
@@ -124,7 +124,7 @@ def test_refusal_without_a_fix_would_fail(
     assert data["status"] == "fails"
     assert [(r["op"], r["how"], r["calls"]) for r in data["ops"]] == [
         ("aten::scatter.src_out", "refused", 1),
-        ("aten::lerp.Scalar_out", "fallback", 1),
+        ("aten::hypot.out", "fallback", 1),
     ]
 
 

@@ -19,8 +19,8 @@ def _program(dev: torch.device) -> None:
     a = torch.randn(4, 3, device=dev)
     for _ in range(3):
         x.unique(return_counts=True)  # fixed
-        torch.lerp(a, a + 1, 0.25)  # CPU fallback: a, a+1 out; result back
-        a.lerp_(a * 2, 0.5)  # fallback, in place: a and a*2 out; a back
+        torch.hypot(a, a + 1)  # CPU fallback: a, a+1 out; result back
+        a.hypot_(a * 2)  # fallback, in place: a and a*2 out; a back
     torch.nn.functional.relu(torch.nn.functional.conv2d(a.view(1, 1, 4, 3), a.view(1, 1, 4, 3)))
     with pytest.raises(RuntimeError):
         torch.scatter(a, 0, x[:2].view(2, 1), a, out=torch.empty_like(a))  # refused
@@ -36,14 +36,14 @@ def test_observer_matches_the_backend_counters(dev: torch.device) -> None:
     for how in ("fixed", "fallback", "refused"):
         assert seen["ops"][how] == backend["ops"][how], how
     assert seen["copies"] == backend["copies"]
-    assert seen["ops"]["fallback"] == {"aten::lerp.Scalar_out": 6}
-    assert seen["copies"]["aten::lerp.Scalar_out"] == {"count": 18, "bytes": 864}
+    assert seen["ops"]["fallback"] == {"aten::hypot.out": 6}
+    assert seen["copies"]["aten::hypot.out"] == {"count": 18, "bytes": 864}
     assert set(seen["first_calls"]) == {
-        "aten::lerp.Scalar_out",
+        "aten::hypot.out",
         "aten::_unique2",
         "aten::scatter.src_out",
     }
-    assert "_program" in seen["first_calls"]["aten::lerp.Scalar_out"]
+    assert "_program" in seen["first_calls"]["aten::hypot.out"]
 
 
 def test_observer_costs_nothing_when_off(dev: torch.device) -> None:

@@ -12,6 +12,7 @@ pooling    ``avg_pool2d``/``avg_pool3d`` with ``divisor_override``
 repeat     ``repeat`` to more than 4 dimensions
 scatter    ``scatter``/``scatter_`` with an index smaller than ``self`` or ``src``
 random     ``normal_`` (pytorch-directml 1.8) from ``uniform_`` and Box-Muller
+fallbacks  ``silu_backward``, ``lerp``, ``nan_to_num``, ``addmv``, ``bincount`` (CPU fallbacks)
 cpu_ops    ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ========== ==================================================================================
 
@@ -44,7 +45,7 @@ CPU_OPS_ENV = "DMLPATCH_CPU_OPS"
 DIRECTML_RELEASES: tuple[tuple[str, str], ...] = (("0.2.5.dev240914", "torch-directml-0.2.5"),)
 
 #: The modules holding fixes, in installation order.
-FAMILIES = ("unique", "pooling", "repeat", "scatter", "random")
+FAMILIES = ("unique", "pooling", "repeat", "scatter", "random", "fallbacks")
 
 
 class Installed(NamedTuple):
