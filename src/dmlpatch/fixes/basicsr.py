@@ -1,23 +1,20 @@
-"""Fixes for basicsr (and the StyleGAN2 copies in gfpgan): CUDA-only ops and ``normal_``.
+"""Fixes for basicsr (and the StyleGAN2 copies in gfpgan): CUDA-only ops, download hints.
 
 basicsr's StyleGAN2 ops (``fused_leaky_relu``, ``upfirdn2d``) call CUDA extensions that exist
 only in a CUDA build of basicsr; the fixes compute the same functions with PyTorch ops, which
-run on any device. The noise fix draws StyleGAN2's per-pass noise without ``normal_`` on
-devices that lack it (pytorch-directml 1.8). Offline, a failed weight download gets a hint
-saying where the file must go.
+run on any device. StyleGAN2's per-pass noise (``normal_``, missing in pytorch-directml 1.8)
+needs no fix here: ``dmlpatch.opfix.random`` serves ``normal_`` on the device for any library.
+Offline, a failed weight download gets a hint saying where the file must go.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import threading
 from typing import Any, Callable
 from urllib.parse import urlparse
 
 import torch
 from torch.nn import functional as F
-from torch.overrides import TorchFunctionMode
 
 from dmlpatch import log
 
@@ -67,60 +64,6 @@ def _bind_upfirdn2d(
     pad: tuple[int, int] = (0, 0),
 ) -> tuple[torch.Tensor, torch.Tensor, int, int, tuple[int, int]]:
     return input, kernel, up, down, pad
-
-
-# Devices found to refuse normal_ ("Could not run 'aten::normal_' ..."), by str(device).
-_no_normal: set[str] = set()
-_lock = threading.Lock()
-
-
-def style_noise(
-    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """StyleConv.forward: where the device lacks ``normal_``, its noise comes from ``uniform_``.
-
-    Where ``normal_`` works nothing changes, not even the random stream (so a seeded run
-    matches the CPU): the first refusal is caught, remembered per device, and that pass is
-    repeated with the replacement, which has no side effects to undo.
-    """
-    device = str(args[0].device) if args and isinstance(args[0], torch.Tensor) else None
-    if device is None or device not in _no_normal:
-        try:
-            return wrapped(*args, **kwargs)
-        except RuntimeError as error:
-            if device is None or "aten::normal_" not in str(error):
-                raise
-            with _lock:
-                _no_normal.add(device)
-            log.info(f"{device} has no normal_: StyleGAN2 noise is drawn from uniform_ there")
-    with _NormalFromUniform():
-        return wrapped(*args, **kwargs)
-
-
-class _NormalFromUniform(TorchFunctionMode):
-    """Within one StyleConv pass: ``t.normal_(mean, std)`` by Box-Muller on ``t``'s device."""
-
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        if func is torch.Tensor.normal_:
-            return _normal_from_uniform(*args, **kwargs)
-        return func(*args, **kwargs)
-
-
-def _normal_from_uniform(
-    tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, *, generator: Any = None
-) -> torch.Tensor:
-    u1 = torch.empty_like(tensor).uniform_(generator=generator)
-    u2 = torch.empty_like(tensor).uniform_(generator=generator)
-    # 1 - u1 is in (0, 1], so the logarithm is finite.
-    radius = torch.sqrt(-2.0 * torch.log1p(-u1))
-    return tensor.copy_(radius * torch.cos(2 * math.pi * u2) * std + mean)
 
 
 def download_hint(
