@@ -68,6 +68,21 @@ CASES = {
         (torch.tensor([0, 3, 3, 1, 7, 7, 7]),),
         "aten::bincount",
     ),
+    "log_sigmoid forward": (
+        lambda x: torch.ops.aten.log_sigmoid_forward(x)[0],
+        (torch.randn(50) * 30,),
+        "aten::log_sigmoid_forward",
+    ),
+    "log_sigmoid buffer": (
+        lambda x: torch.ops.aten.log_sigmoid_forward(x)[1],
+        (torch.randn(50) * 30,),
+        "aten::log_sigmoid_forward",
+    ),
+    "log_sigmoid backward": (
+        lambda g, x: torch.ops.aten.log_sigmoid_backward(g, x, torch.exp(-x.abs())),
+        (torch.randn(50), torch.randn(50) * 30),
+        "aten::log_sigmoid_backward",
+    ),
     "bincount weights": (
         lambda i, w: torch.bincount(i, w),
         (torch.tensor([0, 3, 3, 1]), torch.rand(4)),
@@ -115,6 +130,21 @@ def test_silu_gradient_through_autograd(dev: torch.device) -> None:
     assert counters["ops"]["fallback"] == {}
     assert counters["ops"]["fixed"] == {"aten::silu_backward.grad_input": 1}
     assert _close(on_device.grad, x.grad)
+
+
+def test_bce_with_logits_forward_and_backward(dev: torch.device) -> None:
+    """ultralytics' BCEWithLogitsLoss: log_sigmoid both ways, on the device."""
+    logits = (torch.randn(6, 7) * 5).requires_grad_()
+    target = torch.rand(6, 7)
+    F.binary_cross_entropy_with_logits(logits, target).backward()
+    on_device = logits.detach().to(dev).requires_grad_()
+    target_on_device = target.to(dev)
+    sim.reset_counters()
+    loss = F.binary_cross_entropy_with_logits(on_device, target_on_device)
+    loss.backward()
+    counters = sim.counters()
+    assert counters["ops"]["fallback"] == {}, counters["ops"]["fallback"]
+    assert _close(on_device.grad, logits.grad)
 
 
 @settings(max_examples=40, deadline=None)

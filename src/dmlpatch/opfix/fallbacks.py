@@ -13,6 +13,8 @@ lerp (scalar, tensor)  ``a + w * (b - a)`` where ``|w| < 0.5``, else ``b - (b - 
 nan_to_num             ``masked_fill`` of NaN, +inf and -inf (defaults: 0, the dtype's max/min)
 addmv                  ``beta * self + alpha * (mat @ vec)`` through ``mm``
 bincount               ``scatter_add`` of ones (or weights) into a zero vector
+log_sigmoid            ``min(x, 0) - log1p(z)``, ``z = exp(-|x|)`` kept as the buffer, and its
+                       backward (BCE-with-logits in every YOLO loss)
 ====================== ==========================================================================
 """
 
@@ -131,6 +133,51 @@ def _bincount(
     return torch.scatter_add(zeros, 0, self.long(), values)
 
 
+def _log_sigmoid(self: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    buffer = torch.exp(-self.abs())
+    return torch.clamp_max(self, 0) - torch.log1p(buffer), buffer
+
+
+def _log_sigmoid_forward(self: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    record("fixed", "aten::log_sigmoid_forward")
+    return _log_sigmoid(self)
+
+
+def _log_sigmoid_forward_output(
+    self: torch.Tensor, *, output: torch.Tensor, buffer: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    record("fixed", "aten::log_sigmoid_forward")
+    result, z = _log_sigmoid(self)
+    return _into(output, result), _into(buffer, z)
+
+
+def _log_sigmoid_gradient(grad_output: torch.Tensor, self: torch.Tensor) -> torch.Tensor:
+    # The CPU kernel recomputes z from x rather than trusting the buffer; so does this.
+    negative = self < 0
+    max_deriv = negative.to(self.dtype)
+    sign = torch.where(negative, 1.0, -1.0).to(self.dtype)
+    z = torch.exp(-self.abs())
+    return grad_output * (max_deriv - sign * (z / (1 + z)))
+
+
+def _log_sigmoid_backward(
+    grad_output: torch.Tensor, self: torch.Tensor, buffer: torch.Tensor
+) -> torch.Tensor:
+    record("fixed", "aten::log_sigmoid_backward")
+    return _log_sigmoid_gradient(grad_output, self)
+
+
+def _log_sigmoid_backward_out(
+    grad_output: torch.Tensor,
+    self: torch.Tensor,
+    buffer: torch.Tensor,
+    *,
+    grad_input: torch.Tensor,
+) -> torch.Tensor:
+    record("fixed", "aten::log_sigmoid_backward")
+    return _into(grad_input, _log_sigmoid_gradient(grad_output, self))
+
+
 def _functional(out_kernel, like: int = 0):  # type: ignore[no-untyped-def]
     """The functional form of an ``out=`` kernel: the result is shaped like argument ``like``."""
 
@@ -168,4 +215,8 @@ KERNELS = (
     Kernel("addmv", _functional(_addmv_out), "fallback"),
     Kernel("addmv_", _in_place(_addmv_out), "fallback"),
     Kernel("bincount", _bincount, "fallback"),
+    Kernel("log_sigmoid_forward", _log_sigmoid_forward, "fallback"),
+    Kernel("log_sigmoid_forward.output", _log_sigmoid_forward_output, "fallback"),
+    Kernel("log_sigmoid_backward", _log_sigmoid_backward, "fallback"),
+    Kernel("log_sigmoid_backward.grad_input", _log_sigmoid_backward_out, "fallback"),
 )
