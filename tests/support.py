@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import site
 import subprocess
 import sys
+import tempfile
+import venv
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -59,3 +64,29 @@ def run_python(
         timeout=timeout,
     )
     return Result(completed.returncode, completed.stdout, completed.stderr)
+
+
+def linked_venv() -> Iterator[tuple[str, Path]]:
+    """A throw-away venv whose only link to our packages is one .pth written at creation.
+
+    It lives outside pytest's private (0700) temporary root so that an unprivileged user can
+    run its interpreter too. Yields (python, purelib); removed afterwards.
+    """
+    root = Path(tempfile.mkdtemp(prefix="dmlpatch-venv-"))
+    root.chmod(0o755)
+    try:
+        venv.EnvBuilder(with_pip=False).create(root)
+        python = str(root / "bin" / "python")
+        purelib = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+        (Path(purelib) / "_test_link.pth").write_text(
+            "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
+        )
+        yield python, Path(purelib)
+    finally:
+        shutil.rmtree(root)

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
-import site
 import subprocess
 import sys
-import tempfile
-import venv
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support import clean_env, run_python
+from support import clean_env, linked_venv, run_python
 
 CHECK = (
     "import sys; from dmlpatch import engine; "
@@ -24,31 +20,7 @@ CHECK = (
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[tuple[str, Path]]:
-    """A venv without pip whose only link to our packages is one .pth we write at creation.
-
-    It lives outside pytest's private (0700) temporary root so that an unprivileged user can
-    run its interpreter too.
-    """
-    root = Path(tempfile.mkdtemp(prefix="dmlpatch-venv-"))
-    root.chmod(0o755)
-    yield from _make_env(root)
-    shutil.rmtree(root)
-
-
-def _make_env(root: Path) -> Iterator[tuple[str, Path]]:
-    venv.EnvBuilder(with_pip=False).create(root)
-    python = str(root / "bin" / "python")
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    (Path(purelib) / "_test_link.pth").write_text(
-        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
-    )
-    yield python, Path(purelib)
+    yield from linked_venv()
 
 
 def _listing(directory: Path) -> set[str]:

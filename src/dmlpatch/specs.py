@@ -9,6 +9,7 @@ sites rewritten (``[[rewrite]]``) and which functions get a fix wrapped around t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -74,6 +75,7 @@ class PatchSpec:
     wraps: tuple[WrapRule, ...]
     fingerprint: str
     aliases: tuple[AliasRule, ...] = ()
+    pack: Optional[str] = None  # the entry-point name of the patch pack that shipped it
 
     def modules(self) -> list[str]:
         return [module for rule in self.rewrites for module in rule.modules]
@@ -229,17 +231,22 @@ def builtin_directory() -> Optional[Path]:
 
 def spec_files() -> list[Path]:
     """Every spec file, built-ins first, then patch packs, then ``$DMLPATCH_PATCHES``."""
-    return [path for directory in spec_directories() for path in sorted(directory.glob("*.toml"))]
+    return [path for _, directory in _sources() for path in sorted(directory.glob("*.toml"))]
 
 
 def spec_directories() -> list[Path]:
-    directories: list[Path] = []
+    return [directory for _, directory in _sources()]
+
+
+def _sources() -> list[tuple[Optional[str], Path]]:
+    """(pack name or None, directory) for every place specs come from, in load order."""
+    sources: list[tuple[Optional[str], Path]] = []
     builtin = builtin_directory()
     if builtin is not None:
-        directories.append(builtin)
-    directories.extend(_pack_directories())
-    directories.extend(_environment_directories())
-    return directories
+        sources.append((None, builtin))
+    sources.extend(_pack_directories())
+    sources.extend((None, directory) for directory in _environment_directories())
+    return sources
 
 
 def _environment_directories() -> list[Path]:
@@ -253,51 +260,91 @@ def _environment_directories() -> list[Path]:
     return directories
 
 
-def _pack_directories() -> list[Path]:
+def _pack_directories() -> list[tuple[Optional[str], Path]]:
     from dmlpatch._metadata import entry_points
 
-    directories = []
+    directories: list[tuple[Optional[str], Path]] = []
     for entry_point in entry_points(ENTRY_POINT_GROUP):
+        if entry_point.name in _disabled():
+            continue
         try:
             target = entry_point.load()
         except Exception as error:  # a broken pack must not stop the program
-            from dmlpatch import log
-
-            log.warn_once(
-                f"pack:{entry_point.name}",
-                f"patch pack {entry_point.name!r} ({entry_point.value}) failed to load: "
-                f"{error}; skipped",
-            )
+            _skip_pack(entry_point.name, f"it failed to load ({entry_point.value}: {error})")
             continue
         location = getattr(target, "__file__", None) or str(target)
         path = Path(location)
-        directories.append(path.parent if path.is_file() else path)
+        directories.append((entry_point.name, path.parent if path.is_file() else path))
     return directories
 
 
-def load_all() -> list[PatchSpec]:
-    """All specs, minus those named in ``$DMLPATCH_DISABLE_PATCHES``.
+def _skip_pack(name: str, reason: str) -> None:
+    from dmlpatch import log
 
-    A spec in a ``$DMLPATCH_PATCHES`` directory replaces a built-in or pack spec of the same
-    name (a user's local fix for a stale spec); any other clash of names is an error.
+    log.warn_once(f"pack:{name}", f"patch pack {name!r} skipped: {reason}")
+
+
+def _disabled() -> set[str]:
+    names = os.environ.get("DMLPATCH_DISABLE_PATCHES", "")
+    return {n.strip() for n in names.split(",") if n.strip()}
+
+
+def load_all() -> list[PatchSpec]:
+    """All specs, minus the specs and packs named in ``$DMLPATCH_DISABLE_PATCHES``.
+
+    A malformed built-in or local spec is an error (:class:`SpecError`); a patch pack with a
+    malformed spec, or whose fixes cannot be found, is skipped whole with one warning: a
+    third-party pack must not stop the program. A spec in a ``$DMLPATCH_PATCHES`` directory
+    replaces a built-in or pack spec of the same name (a user's local fix for a stale spec);
+    any other clash of names is an error.
     """
-    disabled = {
-        n.strip() for n in os.environ.get("DMLPATCH_DISABLE_PATCHES", "").split(",") if n.strip()
-    }
+    disabled = _disabled()
     local = {str(d) for d in _environment_directories()}
     loaded: dict[str, PatchSpec] = {}
     overridden: set[str] = set()
-    for path in spec_files():
-        spec = load_file(path)
-        if spec.name in disabled:
-            continue
-        if spec.name in loaded:
-            if str(path.parent) in local and spec.name not in overridden:
-                overridden.add(spec.name)
-                loaded[spec.name] = spec
+    for pack, directory in _sources():
+        specs = _load_directory(pack, directory)
+        for spec in specs:
+            if spec.name in disabled:
                 continue
-            raise SpecError(
-                f"two patch specs are named {spec.name!r}: {loaded[spec.name].origin} and {path}"
-            )
-        loaded[spec.name] = spec
+            if spec.name in loaded:
+                if str(directory) in local and spec.name not in overridden:
+                    overridden.add(spec.name)
+                    loaded[spec.name] = spec
+                    continue
+                raise SpecError(
+                    f"two patch specs are named {spec.name!r}: {loaded[spec.name].origin} and "
+                    f"{spec.origin}"
+                )
+            loaded[spec.name] = spec
     return list(loaded.values())
+
+
+def _load_directory(pack: Optional[str], directory: Path) -> list[PatchSpec]:
+    specs = []
+    for path in sorted(directory.glob("*.toml")):
+        try:
+            spec = load_file(path)
+        except SpecError as error:
+            if pack is None:
+                raise
+            _skip_pack(pack, str(error))
+            return []
+        specs.append(dataclasses.replace(spec, pack=pack) if pack else spec)
+    if pack is not None:
+        missing = [w.fix for spec in specs for w in spec.wraps if not _findable(w.fix)]
+        if missing:
+            _skip_pack(pack, f"its fix {missing[0]} cannot be imported (module not found)")
+            return []
+    return specs
+
+
+def _findable(reference: str) -> bool:
+    """Whether the fix's module exists, without executing it (fixes import torch)."""
+    import importlib.util
+
+    module = reference.partition(":")[0]
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
