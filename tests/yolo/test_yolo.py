@@ -399,3 +399,26 @@ def test_greedy_nms_blocks_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     expected = torchvision.ops.nms(boxes, scores, 0.4)
     monkeypatch.setattr(fixes, "_BLOCK", 7)  # many row blocks, one partial
     assert torch.equal(greedy_nms(boxes, scores, 0.4), expected)
+
+
+# -- dmlpatch check on the seed's training run --------------------------------------------------
+
+
+def test_check_says_the_seed_run_works_on_directml(ws: Workspace, tmp_path: Path) -> None:
+    """The op-gap report for the seed's `yolo ... mode=train`: every gap it meets is fixed on
+    the device (unique with counts, the EMA's lerp, SiLU's backward, ...), nothing falls back."""
+    script = tmp_path / "yolo_cli.py"
+    script.write_text(YOLO[1].replace("; ", "\n"))
+    report = tmp_path / "check.json"
+    args = ws.yolo_args("train", "check")
+    result = run_python(
+        ["-m", "dmlpatch", "check", "--device", "sim", f"--json={report}", str(script), *args],
+        env=ws.env(),
+    )
+    _assert_ok(result)
+    data = json.loads(report.read_text())
+    rows = {row["op"]: row for row in data["ops"]}
+    assert {row["how"] for row in rows.values()} == {"fixed"}
+    assert rows["aten::_unique2"]["first_call"].endswith("ultralytics/utils/loss.py:400")
+    assert rows["aten::lerp.Scalar_out"]["calls"] > 0
+    assert "verdict: runs on DirectML with 0 fallbacks costing 0 copies" in result.err
