@@ -267,9 +267,11 @@ def test_api_on_sim_matches_cpu_with_every_copy_accounted(ws: Workspace) -> None
         copies = step["copies"]
         # The loader's batch: img, cls, bboxes, batch_idx.
         assert copies["batch"] == {"h2d": 4, "d2h": 0, "d2d": 0, "fallback": 0, "refused": 0}
-        # Forward+loss+backward: 6 are ultralytics' make_anchors grids (torch.arange on the
-        # CPU, 2 per feature level), as on CUDA; 3 more come from the loss and are the same on
-        # the gap-free permissive profile (not yet traced to their lines). No operator may fall
+        # Forward+loss+backward: 6 are ultralytics' make_anchors grids (tal.py:560-561,
+        # torch.arange on the CPU, 2 per feature level); 3 are small constants the loss makes on
+        # the host: loss.py:441 torch.tensor(imgsz, device=...), loss.py:445 the list index
+        # imgsz[[1, 0, 1, 0]], tal.py:349 torch.tensor(stride_val, device=...). All 9 happen on
+        # CUDA too (the gap-free permissive profile counts the same 9). No operator may fall
         # back to the CPU or be refused.
         assert copies["compute"]["fallback"] == 0, copies
         assert copies["compute"]["refused"] == 0
