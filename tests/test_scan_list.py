@@ -114,3 +114,13 @@ def test_bad_input(args: list[str], message: str) -> None:
     result = run_python(["-m", "dmlpatch", *args])
     assert result.code == 2
     assert len(result.err_lines) == 1 and message in result.err_lines[0]
+
+
+def test_scan_of_a_library_without_cuda_device_sites_is_quiet() -> None:
+    """torchvision decides devices from its inputs: nothing to rewrite, no false positives."""
+    result = run_python(["-m", "dmlpatch", "scan", "torchvision"])
+    assert result.code == 0, result.err
+    assert result.out == ""
+    assert result.err_lines == [
+        "dmlpatch: torchvision: 0 CUDA device site(s), 0 CUDA-only branch(es)"
+    ]
