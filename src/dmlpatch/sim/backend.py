@@ -41,9 +41,7 @@ def _env_settings() -> tuple[int, bool, bool, str]:
         raise DeviceUnavailable(f"{DEVICES_ENV} must be a whole number >= 1, got {raw!r}")
     fault = os.environ.get(FAULT_ENV, "")
     if fault and fault not in FAULTS:
-        raise DeviceUnavailable(
-            f"unknown {FAULT_ENV} {fault!r}; valid values: {', '.join(FAULTS)}"
-        )
+        raise DeviceUnavailable(f"unknown {FAULT_ENV} {fault!r}; valid values: {', '.join(FAULTS)}")
     float64 = os.environ.get(FLOAT64_ENV, "1") != "0"
     from dmlpatch.sim.counting import trace_requested
 
@@ -86,8 +84,7 @@ def load(profile: str | None = None) -> None:
         _load(chosen, devices, float64, trace, fault)
 
 
-def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool,
-          fault: str) -> None:
+def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fault: str) -> None:
     import torch
 
     from dmlpatch.sim import build, counting, device_module, opindex, rnn

@@ -97,8 +97,9 @@ class SimModule:
         torch.default_generator.manual_seed(seed)
 
 
-def storage_to_device(self: Any, dev: int | None = None, non_blocking: bool = False,
-                      **kwargs: Any) -> torch.UntypedStorage:
+def storage_to_device(
+    self: Any, dev: int | None = None, non_blocking: bool = False, **kwargs: Any
+) -> torch.UntypedStorage:
     """``UntypedStorage.privateuseone(dev)``: a copy of the storage on the simulated device.
 
     torch.load's ``map_location`` and PrivateUse1 deserialisation call this method.

@@ -28,14 +28,36 @@ from pathlib import Path
 OP_LIST = "registered_ops-0.2.5.txt"
 
 #: Registered by torch-directml but merged into longer strings by the linker (issue 3).
-EXPECTED_MERGED = ("add.out", "mul.out", "mm.out", "bmm.out", "sigmoid.out", "tanh.out",
-                   "_softmax.out", "avg_pool2d.out", "div.out", "sin.out", "cos.out")
+EXPECTED_MERGED = (
+    "add.out",
+    "mul.out",
+    "mm.out",
+    "bmm.out",
+    "sigmoid.out",
+    "tanh.out",
+    "_softmax.out",
+    "avg_pool2d.out",
+    "div.out",
+    "sin.out",
+    "cos.out",
+)
 
 #: Kernels csrc/kernels.cpp implements; they are the device, hence native.
 BOOKKEEPING = (
-    "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_",
-    "set_", "set_.source_Storage", "set_.source_Storage_storage_offset", "set_.source_Tensor",
-    "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "convolution_overrideable",
+    "empty.memory_format",
+    "empty_strided",
+    "as_strided",
+    "view",
+    "_reshape_alias",
+    "resize_",
+    "set_",
+    "set_.source_Storage",
+    "set_.source_Storage_storage_offset",
+    "set_.source_Tensor",
+    "_copy_from",
+    "_copy_from_and_resize",
+    "_local_scalar_dense",
+    "convolution_overrideable",
     "convolution_backward_overrideable",
 )
 
@@ -86,12 +108,12 @@ def parse_native_functions(text: str) -> OpIndex:
     def finish() -> None:
         if current is None:
             return
-        if current not in delegates and (
-            not has_dispatch or keys & {"CompositeImplicitAutograd"}
-        ):
+        if current not in delegates and (not has_dispatch or keys & {"CompositeImplicitAutograd"}):
             implicit.add(current)
-        if "CPU" in keys and keys & {"CompositeExplicitAutograd",
-                                      "CompositeExplicitAutogradNonFunctional"}:
+        if "CPU" in keys and keys & {
+            "CompositeExplicitAutograd",
+            "CompositeExplicitAutogradNonFunctional",
+        }:
             cpu_and_composite.add(current)
 
     for line in text.splitlines():
@@ -120,16 +142,23 @@ def load_index(cache_dir: Path | None) -> OpIndex | None:
     cache = cache_dir / "opindex.json" if cache_dir is not None else None
     if cache is not None and cache.is_file():
         data = json.loads(cache.read_text("utf-8"))
-        return OpIndex(frozenset(data["names"]), data["delegates"], frozenset(data["implicit"]),
-                       frozenset(data["cpu_and_composite"]))
+        return OpIndex(
+            frozenset(data["names"]),
+            data["delegates"],
+            frozenset(data["implicit"]),
+            frozenset(data["cpu_and_composite"]),
+        )
     path = _yaml_path()
     if path is None:
         return None
     index = parse_native_functions(path.read_text("utf-8"))
     if cache is not None:
-        data = {"names": sorted(index.names), "delegates": index.delegates,
-                "implicit": sorted(index.implicit),
-                "cpu_and_composite": sorted(index.cpu_and_composite)}
+        data = {
+            "names": sorted(index.names),
+            "delegates": index.delegates,
+            "implicit": sorted(index.implicit),
+            "cpu_and_composite": sorted(index.cpu_and_composite),
+        }
         tmp = cache.with_suffix(".tmp")
         try:
             tmp.write_text(json.dumps(data), "utf-8")
@@ -154,8 +183,9 @@ def native_set(listed: list[str], index: OpIndex | None) -> set[str]:
     return native
 
 
-def direct_registrations(index: OpIndex | None, rule_ops: set[str],
-                         native: set[str]) -> dict[str, str]:
+def direct_registrations(
+    index: OpIndex | None, rule_ops: set[str], native: set[str]
+) -> dict[str, str]:
     """Operators the fallback is registered for directly at PrivateUse1, each with the name
     it reports as (its ``.out`` delegate, as torch-directml's fallback would name it; or "").
 

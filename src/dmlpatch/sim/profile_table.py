@@ -66,9 +66,7 @@ _UNIQUE_INVERSE = Rule(
     ERRORS_MD,
 )
 _DIVISOR = "Divisor override isn't supported for DirectML."
-_SCATTER_SHAPE = (
-    "DirectML scatter doesn't allow for index and source to have different dimensions."
-)
+_SCATTER_SHAPE = "DirectML scatter doesn't allow for index and source to have different dimensions."
 _SCATTER_PARTIAL = (
     "DirectML scatter doesn't allow partially modified dimensions. Please update the dimension "
     "so that the indices and input only differ in the provided dimension."
@@ -85,13 +83,21 @@ RULES_0_2_5: tuple[Rule, ...] = (
     Rule("aten::scatter", "same_shape", ("index", "src"), _SCATTER_SHAPE, ERRORS_MD),
     Rule("aten::scatter_", "same_shape", ("index", "src"), _SCATTER_SHAPE, ERRORS_MD),
     # index may differ from the input only along `dim`.
-    Rule("aten::scatter", "only_dim_differs", ("self", "dim", "index"), _SCATTER_PARTIAL,
-         ERRORS_MD),
-    Rule("aten::scatter_", "only_dim_differs", ("self", "dim", "index"), _SCATTER_PARTIAL,
-         ERRORS_MD),
+    Rule(
+        "aten::scatter", "only_dim_differs", ("self", "dim", "index"), _SCATTER_PARTIAL, ERRORS_MD
+    ),
+    Rule(
+        "aten::scatter_", "only_dim_differs", ("self", "dim", "index"), _SCATTER_PARTIAL, ERRORS_MD
+    ),
     # The result of repeat has max(self.dim(), len(repeats)) dimensions; "dimesion" is sic.
-    Rule("aten::repeat", "rank_above", ("self", "repeats"),
-         "the dimesion of at::Tensor must be 4 or lower, but got {n}", ERRORS_MD, limit=4),
+    Rule(
+        "aten::repeat",
+        "rank_above",
+        ("self", "repeats"),
+        "the dimesion of at::Tensor must be 4 or lower, but got {n}",
+        ERRORS_MD,
+        limit=4,
+    ),
 )
 
 RULES_1_8: tuple[Rule, ...] = (
