@@ -371,6 +371,16 @@ def nms_on_device(
     return greedy_nms(boxes, scores, float(iou_threshold))
 
 
+def _threshold_below(threshold: float, dtype: torch.dtype) -> float:
+    """torchvision compares a float IoU with the threshold as a double; in ``dtype`` the same
+    test is ``iou > t`` with ``t`` the largest ``dtype`` value not above the threshold (0.3 is
+    not a float32: 126/420 rounds to 0.3f, which exceeds the double 0.3 but not 0.3f)."""
+    rounded = torch.tensor(threshold, dtype=torch.float64).to(dtype)
+    if rounded.double().item() > threshold:
+        rounded = torch.nextafter(rounded, torch.tensor(float("-inf"), dtype=dtype))
+    return rounded.item()
+
+
 def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
     """Greedy NMS as a fixed point, every step a tensor operation on the boxes' device.
 
@@ -390,6 +400,7 @@ def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) 
     areas = (x2 - x1) * (y2 - y1)
     positions = torch.arange(count, device=boxes.device)
     keep = torch.ones(count, dtype=torch.bool, device=boxes.device)
+    threshold = _threshold_below(iou_threshold, boxes.dtype)
     for _ in range(count):
         suppressed = torch.zeros(count, dtype=torch.bool, device=boxes.device)
         for start in range(0, count, _BLOCK):
@@ -407,7 +418,7 @@ def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) 
             inter = width * height
             iou = inter / (areas[start:stop, None] + areas[None, :] - inter)
             later = positions[None, :] > positions[start:stop, None]
-            hits = (iou > iou_threshold) & later & keep[start:stop, None]
+            hits = (iou > threshold) & later & keep[start:stop, None]
             suppressed |= hits.any(0)
         settled = ~suppressed
         if bool(torch.equal(settled, keep)):
