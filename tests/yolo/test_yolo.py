@@ -23,7 +23,7 @@ import pytest
 import torch
 import torchvision
 import yolo_fixtures
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dmlpatch.fixes.ultralytics import greedy_nms
@@ -370,6 +370,7 @@ def test_ultralytics_files_unchanged(ws: Workspace) -> None:
 _coordinate = st.integers(min_value=0, max_value=40)
 
 
+@example(rows=[(0, 0, 1, 1, 0)] * 20 + [(0, 0, 7, 18, 0), (0, 0, 20, 21, 0)], threshold=0.3)
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
