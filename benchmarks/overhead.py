@@ -57,6 +57,8 @@ PER_CALL = textwrap.dedent(
     """
 )
 
+# Activation as the .pth bootstrap does it: specs planned, hook installed, nothing resolved.
+HOOK_ONLY = "import dmlpatch.engine; dmlpatch.engine.activate('sim')"
 DMLPATCH_ACTIVE = (
     "import dmlpatch, dmlpatch.engine; dmlpatch.engine.activate('sim'); dmlpatch.device()"
 )
@@ -95,7 +97,7 @@ def median_pair(first, second, rounds: int) -> tuple[float, float]:
 def import_overhead(rounds: int) -> None:
     plain, hooked = median_pair(
         lambda: float(run(IMPORT_TORCH.format(setup=""))),
-        lambda: float(run(IMPORT_TORCH.format(setup=DMLPATCH_ACTIVE))),
+        lambda: float(run(IMPORT_TORCH.format(setup=HOOK_ONLY))),
         rounds,
     )
     print(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import importlib.util
 import sys
 import threading
 import types
@@ -63,6 +62,8 @@ class _AliasFinder:
         if entry is None:
             return None
         real, spec = entry
+        import importlib.util
+
         if importlib.util.find_spec(real) is None:
             return None
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(real, spec))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from typing import Any, Optional
@@ -91,6 +90,8 @@ def snapshot() -> dict[str, Any]:
 
 def write(destination: str) -> None:
     """Write the report as JSON to a file, or to stderr when ``destination`` is ``-``."""
+    import json
+
     text = json.dumps(snapshot(), indent=2, sort_keys=True)
     if destination == "-":
         sys.stderr.write(text + "\n")

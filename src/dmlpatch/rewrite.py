@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
-from importlib.util import decode_source
-from typing import Optional, TypeVar, Union
+from typing import NamedTuple, Optional, TypeVar, Union
 
 from dmlpatch.runtime import ALIAS, CUDA_FUNCTIONS
 
@@ -48,8 +46,7 @@ _RUNTIME_MODULE = "dmlpatch.runtime"
 _Node = TypeVar("_Node", bound=ast.AST)
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(NamedTuple):
     """One rewritten place: where it starts (1-based line, UTF-8 byte column), what it is."""
 
     line: int
@@ -58,12 +55,11 @@ class Site:
     text: str
 
 
-@dataclass
-class Rewritten:
+class Rewritten(NamedTuple):
     """The rewritten tree (the unchanged parse when there are no sites) and its sites."""
 
     tree: ast.Module
-    sites: list[Site] = field(default_factory=list)
+    sites: list[Site]
 
 
 def find_sites(source: Union[str, bytes], filename: str = "<unknown>") -> list[Site]:
@@ -82,18 +78,19 @@ def rewrite(source: Union[str, bytes], filename: str = "<unknown>") -> Rewritten
     return Rewritten(tree, sites)
 
 
-@dataclass
 class _Names:
     """What the module's imports bind: ``torch``, ``torch.cuda``, its functions, ``torch.device``.
 
     Scopes are not tracked: a module that rebinds ``torch`` to something else is not worth the
-    complexity, and the runtime returns non-CUDA values unchanged anyway.
+    complexity, and the runtime returns non-CUDA values unchanged anyway. (A plain class: the
+    runner rewrites every main script, and dataclasses costs ~6 ms to import.)
     """
 
-    torch: set[str] = field(default_factory=lambda: {"torch"})
-    cuda: set[str] = field(default_factory=set)
-    cuda_functions: dict[str, str] = field(default_factory=dict)
-    torch_functions: dict[str, str] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.torch: set[str] = {"torch"}
+        self.cuda: set[str] = set()
+        self.cuda_functions: dict[str, str] = {}
+        self.torch_functions: dict[str, str] = {}
 
     @classmethod
     def of(cls, tree: ast.Module) -> _Names:
@@ -125,6 +122,8 @@ class _Lines:
     def __init__(self, source: Union[str, bytes]) -> None:
         if isinstance(source, bytes):
             # decode_source honours the coding cookie and translates newlines like the parser.
+            from importlib.util import decode_source
+
             text = decode_source(source)
         else:
             text = source.replace("\r\n", "\n").replace("\r", "\n")
