@@ -111,9 +111,10 @@ def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any
     mover = getattr(obj, "to", None)
     if mover is None:
         return obj.cuda(device, non_blocking=non_blocking, **kwargs)
-    target = globals()["device"](device if device is not None else "cuda")
     import torch
 
+    # A torch.device, not its string: torch 2.4's UntypedStorage.to reads `device.type`.
+    target = torch.device(globals()["device"](device if device is not None else "cuda"))
     if isinstance(obj, torch.nn.Module):
         return mover(device=target)
     return mover(device=target, non_blocking=non_blocking, **kwargs)

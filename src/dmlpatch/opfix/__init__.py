@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 if TYPE_CHECKING:
@@ -140,7 +141,11 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
             for kernel in kernels():
                 # A user's DMLPATCH_CPU_OPS entry wins over our fix.
                 if needed(kernel, refused, native) and kernel.qualified not in forced_names:
-                    library.impl(kernel.name, kernel.function, "PrivateUse1")
+                    with warnings.catch_warnings():
+                        # torch 2.4 warns when a Python kernel replaces the simulator's
+                        # registration for the same key: replacing it is the point.
+                        warnings.filterwarnings("ignore", "Warning only once for all operators")
+                        library.impl(kernel.name, kernel.function, "PrivateUse1")
                     fixes.append(kernel.qualified)
         forced = cpu_ops.register(library, forced_ops)
         _library = library
