@@ -23,3 +23,8 @@ if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
     --target .cache/ultralytics-8.1.47 \
     ultralytics==8.1.47 pandas==2.2.3 seaborn==0.13.2 pytz tzdata py-cpuinfo==9.0.0
 fi
+# facexlib 0.2.5 (module-level device choice, the seeds' era) for its version-gated rules.
+if [ ! -d .cache/facexlib-0.2.5/facexlib ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/facexlib-0.2.5 facexlib==0.2.5
+fi

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import os
 import shutil
 import sysconfig
-import tarfile
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import gfpgan_fixtures
 import pytest
 
-from support import clean_env, run_python
+from support import REPO, clean_env, run_python
 
 HERE = Path(__file__).resolve().parent
-GFPGAN_SDIST = "gfpgan==1.3.8"
 #: Real-ESRGAN resolves inference_gfpgan.py's URL to <site-packages>/weights (realesrgan.utils
 #: ROOT_DIR); no other location is looked at, so the fixture goes there for the session.
 ESRGAN_WEIGHTS = Path(sysconfig.get_paths()["purelib"]) / "weights"
+#: facexlib 0.2.x (module-level device choice) beside the installed 0.3.0, first on PYTHONPATH.
+#: scripts/setup.sh installs it; the fixture installs it the same way when it is missing.
+FACEXLIB_OLD = "facexlib==0.2.5"
+FACEXLIB_OLD_DIR = REPO / ".cache" / "facexlib-0.2.5"
 
 # Installed by the test runner's interpreter as sitecustomize: every socket connection or name
 # lookup is refused and logged, so a test can assert that nothing tried the network. With
@@ -83,50 +91,64 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Assets]:
         timeout=600,
     )
     assert built.code == 0, built.err
-    script = _upstream_script(tmp_path_factory.mktemp("gfpgan-sdist"))
+    script = gfpgan_fixtures.upstream_script(tmp_path_factory.mktemp("gfpgan-sdist"), clean_env())
     site = root / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
-    created_dir = not ESRGAN_WEIGHTS.exists()
-    target = ESRGAN_WEIGHTS / "RealESRGAN_x2plus.pth"
-    created_file = not target.exists()
-    if created_file:
-        ESRGAN_WEIGHTS.mkdir(exist_ok=True)
-        shutil.copyfile(root / "realesrgan" / "RealESRGAN_x2plus.pth", target)
-    try:
+    with _in_site_packages(root / "realesrgan" / "RealESRGAN_x2plus.pth"):
         yield Assets(root, script, site, root / "netlog.txt")
-    finally:
-        if created_file:
-            target.unlink()
-        if created_dir:
-            shutil.rmtree(ESRGAN_WEIGHTS, ignore_errors=True)
 
 
-def _upstream_script(directory: Path) -> Path:
-    """inference_gfpgan.py from the gfpgan 1.3.8 sdist (pip download, not committed)."""
-    fetched = run_python(
-        [
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--no-build-isolation",
-            GFPGAN_SDIST,
-            "-d",
-            str(directory),
-        ],
-        env=clean_env(),
-        timeout=300,
-    )
-    assert fetched.code == 0, fetched.err
-    (archive,) = directory.glob("gfpgan-*.tar.gz")
-    with tarfile.open(archive) as tar:
-        member = tar.getmember("gfpgan-1.3.8/inference_gfpgan.py")
-        source = tar.extractfile(member)
-        assert source is not None
-        script = directory / "inference_gfpgan.py"
-        script.write_bytes(source.read())
-    return script
+@contextlib.contextmanager
+def _in_site_packages(weights: Path) -> Iterator[None]:
+    """Put the fixture where RealESRGANer looks, shared with concurrent test sessions.
+
+    Every session holds a shared lock while it runs; the last one out removes the fixture, and
+    only a file a test session put there (marked beside it), never a user's real weights.
+    """
+    target = ESRGAN_WEIGHTS / weights.name
+    marker = target.with_name(target.name + ".dmlpatch-test")
+    key = hashlib.sha256(str(target).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"dmlpatch-tests-{key}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        if not target.exists():
+            if not ESRGAN_WEIGHTS.exists():
+                ESRGAN_WEIGHTS.mkdir()
+                marker.write_text("created the directory")
+            else:
+                marker.touch()
+            partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+            shutil.copyfile(weights, partial)
+            os.replace(partial, target)  # concurrent readers never see a torn file
+        try:
+            yield
+        finally:
+            if _last_out(lock.fileno()) and marker.exists():
+                created_directory = marker.read_text() == "created the directory"
+                target.unlink(missing_ok=True)
+                marker.unlink()
+                if created_directory:
+                    shutil.rmtree(ESRGAN_WEIGHTS, ignore_errors=True)
+
+
+def _last_out(lock: int) -> bool:
+    """Turn this session's shared lock exclusive, if no other session holds one."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def facexlib_0_2_5() -> Path:
+    """A directory holding facexlib 0.2.5 (put it first on PYTHONPATH)."""
+    if not (FACEXLIB_OLD_DIR / "facexlib-0.2.5.dist-info").is_dir():
+        target = str(FACEXLIB_OLD_DIR)
+        installed = run_python(
+            ["-m", "pip", "install", "--quiet", "--no-deps", "--target", target, FACEXLIB_OLD],
+            env=clean_env(),
+            timeout=300,
+        )
+        assert installed.code == 0, installed.err
+    return FACEXLIB_OLD_DIR

@@ -23,7 +23,9 @@ Run as ``python -m dmlpatch --device cpu gfpgan_fixtures.py OUT``: importing bas
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import cv2
@@ -44,6 +46,7 @@ ALIGNED_SIZE = 64  # aligned face input; GFPGANer resizes it to 512
 #: (RetinaFace's landmark variance): eyes, nose, mouth corners.
 LANDMARK_OFFSETS = (-0.6, -0.4, 0.6, -0.4, 0.0, 0.2, -0.5, 0.7, 0.5, 0.7)
 NOISE_STRENGTH = 0.05  # StyleGAN2 noise weights are zero at init; real ones are not
+GFPGAN_SDIST = "gfpgan==1.3.8"  # ships the upstream inference_gfpgan.py
 
 
 def build(out: Path) -> None:
@@ -65,6 +68,39 @@ def build(out: Path) -> None:
     esrgan.mkdir(exist_ok=True)
     _save(_rrdbnet(), esrgan / "RealESRGAN_x2plus.pth", wrap=True)
     _images(out / "inputs")
+
+
+def upstream_script(directory: Path, env: dict[str, str] | None = None) -> Path:
+    """inference_gfpgan.py from the gfpgan 1.3.8 sdist (``pip download``; never committed)."""
+    fetched = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            GFPGAN_SDIST,
+            "-d",
+            str(directory),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if fetched.returncode != 0:
+        raise RuntimeError(f"pip download {GFPGAN_SDIST} failed:\n{fetched.stderr}")
+    (archive,) = directory.glob("gfpgan-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        source = tar.extractfile(tar.getmember("gfpgan-1.3.8/inference_gfpgan.py"))
+        assert source is not None
+        script = directory / "inference_gfpgan.py"
+        script.write_bytes(source.read())
+    return script
 
 
 def _save(model: torch.nn.Module, path: Path, wrap: bool) -> None:

@@ -136,6 +136,8 @@ def test_whole_image_cli_on_sim_equals_plain_cpu(assets, before, tmp_path: Path)
     )
     assert sim.code == 0, sim.err
     assert "Failed inference" not in sim.out  # GFPGANer swallows model errors; none allowed
+    # Every spec entry applies (a fix the spec names but that no longer exists would warn).
+    assert [line for line in sim.err_lines if line.startswith("dmlpatch: warning")] == []
     assert "Tile 1/1" in sim.out  # the background upsampler ran
     assert "The unoptimized RealESRGAN is slow on CPU" not in sim.err
     results = work / "results"
@@ -292,6 +294,67 @@ def test_python_api_every_version(assets, tmp_path: Path) -> None:
     assert data["RestoreFormer"]["max_diff_vs_cpu"] <= 1
     assert data["train_device"] == "privateuseone:0"  # basicsr training device selection
     assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
+    _no_network(assets)
+
+
+# Re-saves a checkpoint as torch.save does from a GPU, without one: torch names each storage's
+# location with the first tagger of its package registry that answers, and for a storage on
+# cuda:0 its own CUDA tagger answers "cuda:0" (torch.serialization._backend_tag). A tagger
+# registered ahead of the CPU's (priority 10) gives the same answer for these CPU storages; the
+# bytes written (the raw storage data, copied to the CPU first on a GPU) are the same.
+SAVE_AS_FROM_GPU = """
+import sys, torch
+state = torch.load(sys.argv[1], map_location="cpu")
+torch.serialization.register_package(1, lambda storage: "cuda:0", lambda storage, where: None)
+torch.save(state, sys.argv[2])
+"""
+
+LOAD_GPU_CHECKPOINT = """
+import json, sys, torch
+from gfpgan import GFPGANer
+restorer = GFPGANer(model_path=sys.argv[1], upscale=2, arch="clean", channel_multiplier=2)
+reference = torch.load(sys.argv[2], map_location="cpu")["params_ema"]
+loaded = restorer.gfpgan.state_dict()
+print(json.dumps({
+    "device": str(restorer.device),
+    "params": sorted({str(p.device) for p in restorer.gfpgan.parameters()}),
+    "equal": sorted(reference) == sorted(loaded)
+    and all(torch.equal(loaded[k].cpu(), v) for k, v in reference.items()),
+}))
+"""
+
+
+def test_checkpoint_saved_on_a_gpu(assets, tmp_path: Path) -> None:
+    """GFPGANer's torch.load (no map_location) of a CUDA-saved checkpoint: loads on the device
+    under dmlpatch, and without dmlpatch fails with torch's own CUDA deserialization error."""
+    import zipfile
+
+    original = assets.root / "gfpgan" / "weights" / "GFPGANv1.3.pth"
+    gpu_saved = tmp_path / "GFPGANv1.3-cuda.pth"
+    saved = _run(["-c", SAVE_AS_FROM_GPU, str(original), str(gpu_saved)], assets.env(), tmp_path)
+    assert saved.code == 0, saved.err
+    with zipfile.ZipFile(gpu_saved) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+        pickled = archive.read(name)
+    assert b"cuda:0" in pickled and b"cpu" not in pickled  # every storage tagged cuda:0
+
+    work = assets.workdir(tmp_path / "work")
+    script = tmp_path / "load.py"
+    script.write_text(LOAD_GPU_CHECKPOINT)
+    args = [str(script), str(gpu_saved), str(original)]
+    patched = _run([*SIM, *args], assets.env(), work)
+    assert patched.code == 0, patched.err
+    data = json.loads(patched.out.splitlines()[-1])
+    assert data == {"device": "privateuseone:0", "params": ["privateuseone:0"], "equal": True}
+
+    plain_script = tmp_path / "plain_load.py"
+    plain_script.write_text(HAND_ALIAS + LOAD_GPU_CHECKPOINT)
+    plain = _run([str(plain_script), str(gpu_saved), str(original)], assets.env(), work)
+    assert plain.code == 1
+    assert (
+        "RuntimeError: Attempting to deserialize object on a CUDA device but "
+        "torch.cuda.is_available() is False." in plain.err
+    )
     _no_network(assets)
 
 
