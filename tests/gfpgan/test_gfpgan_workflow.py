@@ -11,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from support import Result, run_python
+from support import Result, linked_venv, run_python
 
 SIM = ("-m", "dmlpatch", "--device", "sim")
 DISTRIBUTIONS = ("facexlib", "basicsr", "gfpgan", "realesrgan", "torchvision")
@@ -450,22 +449,11 @@ def test_import_dmlpatch_auto(assets, tmp_path: Path) -> None:
 
 
 def test_after_dmlpatch_activate(assets, tmp_path: Path) -> None:
-    import site
-    import venv
+    for python, _ in linked_venv():
+        _activated_run(assets, tmp_path, python)
 
-    root = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=False).create(root)
-    python = str(root / "bin" / "python")
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    (Path(purelib) / "_test_link.pth").write_text(
-        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
-    )
+
+def _activated_run(assets, tmp_path: Path, python: str) -> None:
     env = assets.env()
     activated = run_python(
         ["-m", "dmlpatch", "activate", "--device", "sim"], env=env, python=python

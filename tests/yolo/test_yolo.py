@@ -11,10 +11,6 @@ import csv
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import tempfile
-import venv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
@@ -28,7 +24,7 @@ from hypothesis import strategies as st
 
 from dmlpatch.fixes.ultralytics import greedy_nms
 
-from support import Result, run_python
+from support import Result, linked_venv, run_python
 
 HERE = Path(__file__).resolve().parent
 ULTRALYTICS = Path(__import__("ultralytics").__file__).parent
@@ -179,28 +175,13 @@ def test_cli_train_val_predict_under_dmlpatch_run(ws: Workspace) -> None:
 @pytest.fixture(scope="module")
 def activated(ws: Workspace) -> Iterator[str]:
     """A throw-away venv that sees our site-packages, activated with --device sim."""
-    import site
-
-    root = Path(tempfile.mkdtemp(prefix="dmlpatch-yolo-venv-"))
-    venv.EnvBuilder(with_pip=False).create(root)
-    python = str(root / "bin" / "python")
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    (Path(purelib) / "_test_link.pth").write_text(
-        "".join(f"import site; site.addsitedir({p!r})\n" for p in ours)
-    )
-    result = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
-    assert result.code == 0, result.err
-    try:
-        yield python
-    finally:
-        run_python(["-m", "dmlpatch", "deactivate"], python=python)
-        shutil.rmtree(root)
+    for python, _ in linked_venv():
+        result = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+        assert result.code == 0, result.err
+        try:
+            yield python
+        finally:
+            run_python(["-m", "dmlpatch", "deactivate"], python=python)
 
 
 def test_cli_after_activate_with_amp_true(ws: Workspace, activated: str) -> None:
