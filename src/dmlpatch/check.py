@@ -142,7 +142,7 @@ def _check(options: Any, chosen: _Options) -> int:
         else:
             runner.run_path(options.rest[0], options.rest[1:], rewrite=True)
     except SystemExit as exit_:
-        program_code = _system_exit_code(exit_)
+        program_code = runner.exit_status(exit_.code)
     except BaseException as caught:  # the program's own failure: reported, then judged
         error = caught
     finally:
@@ -192,16 +192,6 @@ def _sim_counters() -> dict[str, Any]:
     from dmlpatch import sim
 
     return sim.counters()
-
-
-def _system_exit_code(exit_: SystemExit) -> int:
-    code = exit_.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    sys.stderr.write(f"{code}\n")
-    return 1
 
 
 # ---- the table ----

@@ -196,7 +196,7 @@ def _run_program(options: Options, console_script: bool) -> int:
     try:
         if console_script:
             result = runner.run_console_script(options.rest[0], options.rest[1:])
-            return _exit_code(result)
+            return runner.exit_status(result)
         if options.module is not None:
             runner.run_module(options.module, options.rest, rewrite=active)
         else:
@@ -216,15 +216,6 @@ def _run_program(options: Options, console_script: bool) -> int:
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
         return 1
     return 0
-
-
-def _exit_code(result: object) -> int:
-    if result is None:
-        return 0
-    if isinstance(result, int):
-        return result
-    sys.stderr.write(f"{result}\n")
-    return 1
 
 
 def _activate(arguments: list[str]) -> int:

@@ -170,6 +170,17 @@ def find_console_script(command: str) -> Any:
     )
 
 
+def exit_status(value: object) -> int:
+    """The process status Python gives an exit value (``sys.exit(value)`` or a return value):
+    None is 0, an int is itself, anything else is printed to stderr and is 1."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    sys.stderr.write(f"{value}\n")
+    return 1
+
+
 def program_traceback(error: BaseException, program_file: str | None) -> Any:
     """The traceback from the program's first frame on, as Python would have printed it."""
     tb = error.__traceback__
