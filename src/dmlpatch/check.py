@@ -117,6 +117,10 @@ def main(arguments: list[str]) -> int:
         runner.check_module(options.module)
     else:
         runner.check_path(options.rest[0])
+    if chosen.json:
+        from dmlpatch import report
+
+        report.check_destination(chosen.json)
     if chosen.profile is not None:
         from dmlpatch.sim import profile_table
 

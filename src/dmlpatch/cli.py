@@ -93,6 +93,10 @@ def parse_options(argv: list[str], allow_module: bool = True) -> Options:
         else:
             break
     options.rest = argv[index:]
+    if options.device is not None:
+        from dmlpatch import resolution
+
+        resolution.parse(options.device)  # named before the script: it was given first
     return options
 
 
@@ -143,7 +147,17 @@ def _dispatch(arguments: list[str]) -> int:
     options = parse_options(arguments)
     if options.module is None and not options.rest:
         raise UsageError("no script given; usage: python -m dmlpatch [options] script.py [args...]")
+    if options.module is None and _looks_like_command(options.rest[0]):
+        raise UsageError(
+            f"{options.rest[0]!r} is neither a dmlpatch command ({', '.join(COMMANDS)}) nor a "
+            "file; see dmlpatch --help"
+        )
     return _run_program(options, console_script=False)
+
+
+def _looks_like_command(argument: str) -> bool:
+    """A bare word that is no file: a mistyped command rather than a missing script."""
+    return argument.isidentifier() and argument.islower() and not os.path.exists(argument)
 
 
 def _prepare(options: Options) -> bool:
@@ -164,10 +178,10 @@ def _prepare(options: Options) -> bool:
     if not chosen.patches_needed:
         log.say(f"{chosen.why}; dmlpatch leaves it alone")
         return False
+    _propagate_to_children(spec)
+    engine.activate(spec)  # a malformed patch spec stops here, before anything is said
     where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
     log.say(f"running on {where}: {chosen.why}")
-    _propagate_to_children(spec)
-    engine.activate(spec)
     return True
 
 
@@ -183,6 +197,8 @@ def _run_program(options: Options, console_script: bool) -> int:
     from dmlpatch import bootstrap, report, runner
 
     destination = options.report or os.environ.pop(bootstrap.REPORT_VAR, None)
+    if destination:
+        report.check_destination(destination)
     if console_script:
         runner.find_console_script(options.rest[0])
     elif options.module is not None:
@@ -207,7 +223,11 @@ def _run_program(options: Options, console_script: bool) -> int:
     except UsageError:
         raise
     except BaseException as error:
-        if isinstance(error, DmlpatchError) and not log.debug_enabled():
+        if isinstance(error, DmlpatchError):
+            if log.debug_enabled():
+                import traceback
+
+                traceback.print_exc()
             log.say(f"error: {error}")
             return error.exit_code
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)

@@ -72,6 +72,16 @@ def build() -> dict[str, Any]:
         for alias in spec.aliases:
             if alias.versions.contains(installed, prereleases=True):
                 aliases.append([alias.module, alias.target, spec.name])
+    for name in specs.unmatched_disabled():
+        warnings.append(
+            [
+                f"disable:{name}",
+                f"DMLPATCH_DISABLE_PATCHES names {name!r}, but no patch spec or pack has that "
+                "name (see dmlpatch list); it disables nothing",
+                name,
+                "named in DMLPATCH_DISABLE_PATCHES, but no such spec or pack",
+            ]
+        )
     inputs.extend(str(directory) for directory in specs.spec_directories())
     return {
         "format": FORMAT,

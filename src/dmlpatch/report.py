@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any, Optional
@@ -88,6 +89,26 @@ def snapshot() -> dict[str, Any]:
     return data
 
 
+def check_destination(destination: str) -> None:
+    """Fail before the program runs when the report could not be written at exit.
+
+    Creates nothing: the file is written only at exit. ``-`` (stderr) is always fine.
+    """
+    if destination == "-":
+        return
+    from dmlpatch.errors import UsageError
+
+    path = os.path.abspath(destination)
+    parent = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write the report to {path!r}: it is a directory")
+    if not os.path.isdir(parent):
+        raise UsageError(f"cannot write the report to {path!r}: no directory {parent!r}")
+    target = path if os.path.exists(path) else parent
+    if not os.access(target, os.W_OK):
+        raise UsageError(f"cannot write the report to {path!r}: permission denied")
+
+
 def write(destination: str) -> None:
     """Write the report as JSON to a file, or to stderr when ``destination`` is ``-``."""
     import json
@@ -96,5 +117,10 @@ def write(destination: str) -> None:
     if destination == "-":
         sys.stderr.write(text + "\n")
         return
-    with open(destination, "w", encoding="utf-8") as handle:
-        handle.write(text + "\n")
+    try:
+        with open(destination, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    except OSError as error:  # at exit: the program's own status stands, one line says why
+        from dmlpatch import log
+
+        log.say(f"error: cannot write the report to {destination!r}: {error.strerror}")

@@ -49,6 +49,10 @@ def parse(text: str) -> Spec:
         return Spec(text, kind)
     if kind in _NO_SELECTOR:
         raise UsageError(f"device spec {text!r}: {kind!r} takes no ':...' part")
+    if "," in selector and not _INDICES.match(selector):
+        raise UsageError(
+            f"device spec {text!r}: several adapters are listed by index, e.g. {kind}:0,1"
+        )
     if _INDICES.match(selector):
         indices = tuple(int(part) for part in selector.split(","))
         if len(set(indices)) != len(indices):
@@ -57,7 +61,10 @@ def parse(text: str) -> Spec:
             raise UsageError(f"device spec {text!r}: only dml and sim take several adapters")
         return Spec(text, kind, indices)
     if kind != "dml":
-        raise UsageError(f"device spec {text!r}: only dml takes an adapter name")
+        raise UsageError(
+            f"device spec {text!r}: {kind} takes an adapter index such as {kind}:0 "
+            "(only dml takes an adapter name)"
+        )
     return Spec(text, kind, name=selector)
 
 

@@ -182,13 +182,26 @@ def exit_status(value: object) -> int:
 
 
 def program_traceback(error: BaseException, program_file: str | None) -> Any:
-    """The traceback from the program's first frame on, as Python would have printed it."""
+    """The traceback from the program's first frame on, as Python would have printed it.
+
+    A syntax error in the main script or module is raised while compiling it, before any of the
+    program's frames exist: Python prints it with no traceback (file, line, caret), so do we.
+    """
     tb = error.__traceback__
-    if program_file is None:
-        return tb
-    cursor = tb
+    cursor = tb if program_file is not None else None
     while cursor is not None:
         if cursor.tb_frame.f_code.co_filename == program_file:
             return cursor
         cursor = cursor.tb_next
+    if isinstance(error, SyntaxError) and _compiling_main(tb):
+        return None
     return tb
+
+
+def _compiling_main(tb: Any) -> bool:
+    """Whether the traceback ends in compiling the main script (no program frame ran)."""
+    while tb is not None:
+        if tb.tb_frame.f_code is _compile.__code__:
+            return True
+        tb = tb.tb_next
+    return False

@@ -289,6 +289,19 @@ def _disabled() -> set[str]:
     return {n.strip() for n in names.split(",") if n.strip()}
 
 
+def unmatched_disabled() -> list[str]:
+    """Names in ``$DMLPATCH_DISABLE_PATCHES`` that no spec file or patch pack has (a typo
+    would otherwise leave the spec active without a word)."""
+    disabled = _disabled()
+    if not disabled:
+        return []
+    from dmlpatch._metadata import entry_points
+
+    known = {path.stem for path in spec_files()}
+    known.update(entry_point.name for entry_point in entry_points(ENTRY_POINT_GROUP))
+    return sorted(disabled - known)
+
+
 def load_all() -> list[PatchSpec]:
     """All specs, minus the specs and packs named in ``$DMLPATCH_DISABLE_PATCHES``.
 
