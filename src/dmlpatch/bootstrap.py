@@ -11,7 +11,7 @@ import atexit
 import os
 from typing import Optional
 
-from dmlpatch import engine, log
+from dmlpatch import engine, log, spawn_main
 from dmlpatch.errors import DmlpatchError
 
 REPORT_VAR = "DMLPATCH_REPORT"
@@ -30,6 +30,7 @@ def startup(device: Optional[str] = None) -> None:
     except DmlpatchError as error:
         log.say(f"warning: patches not active in this process: {error}")
         return
+    spawn_main.install()
     destination = os.environ.get(REPORT_VAR)
     if destination:
         atexit.register(_write_report_if_used, destination)

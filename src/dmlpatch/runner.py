@@ -15,7 +15,7 @@ import sys
 import types
 from typing import Any
 
-from dmlpatch import hook
+from dmlpatch import hook, spawn_main
 from dmlpatch.errors import UsageError
 
 
@@ -55,6 +55,8 @@ def run_path(path: str, args: list[str], rewrite: bool = True) -> None:
     except OSError as error:
         raise UsageError(f"can't open file {absolute!r}: {error.strerror}") from None
     code = _compile(source, absolute, rewrite)
+    if rewrite:
+        spawn_main.remember_path(absolute)
     main = _fresh_main(__file__=absolute, __cached__=None, __package__=None, __spec__=None)
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", absolute)
     sys.argv = [path, *args]
@@ -68,6 +70,8 @@ def run_module(name: str, args: list[str], rewrite: bool = True) -> None:
     sys.path[0] = os.getcwd()
     spec = _find_main_spec(name)
     sys.argv[0] = spec.origin or name
+    if rewrite:
+        spawn_main.remember_module(name)
     _run_spec(spec, rewrite)
 
 

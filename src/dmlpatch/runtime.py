@@ -50,14 +50,26 @@ def device_count() -> int:
     return len(resolution.indices) if resolution.is_accelerator else 0
 
 
+#: The program's CUDA ordinal that ``'cuda'``, ``.cuda()`` and ``current_device()`` mean, as
+#: ``torch.cuda.set_device`` sets it: DDP ranks call ``set_device(local_rank)`` and then
+#: ``.cuda()``, expecting their own adapter. Per process, like CUDA's (not per thread: a
+#: program's worker threads share it there too, until they call set_device themselves).
+_current_ordinal = 0
+
+
 def current_device() -> int:
-    """``torch.cuda.current_device()`` in a target: the ordinal the program sees (always 0)."""
-    return 0
+    """``torch.cuda.current_device()`` in a target: the ordinal ``set_device`` chose (0)."""
+    return _current_ordinal
 
 
 def set_device(device: Any) -> None:
-    """``torch.cuda.set_device(i)`` in a target: checked like CUDA would, otherwise a no-op."""
-    _target_index(_ordinal(device))
+    """``torch.cuda.set_device(i)`` in a target: later ``'cuda'`` / ``.cuda()`` mean ordinal i."""
+    global _current_ordinal
+    ordinal = _ordinal(device)
+    if ordinal is None or ordinal < 0:
+        return  # CUDA ignores a negative ordinal (and None) here
+    _target_index(ordinal)
+    _current_ordinal = ordinal
 
 
 def get_device_name(device: Any = None) -> str:
@@ -146,7 +158,7 @@ def _ordinal(device: Any) -> Optional[int]:
 def _target_index(ordinal: Optional[int]) -> int:
     """The target adapter behind the program's CUDA ordinal; CUDA's error for a bad one."""
     indices = _resolution.current().indices
-    position = 0 if ordinal is None else ordinal
+    position = _current_ordinal if ordinal is None else ordinal
     if not 0 <= position < len(indices):
         raise RuntimeError(
             f"CUDA error: invalid device ordinal {position} "

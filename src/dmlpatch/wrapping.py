@@ -72,7 +72,7 @@ def apply(rules: list[Fix], gate: Callable[[], bool]) -> None:
 
 def _callback(rule: Fix) -> Callable[[Any], None]:
     def on_import(module: Any) -> None:
-        if not _enabled or not _gate():
+        if not _enabled or (not _inside_torch(rule.module) and not _gate()):
             return
         with _lock:
             if any(a.rule == rule for a in _applied):
@@ -80,6 +80,12 @@ def _callback(rule: Fix) -> Callable[[Any], None]:
         _wrap(rule, module)
 
     return on_import
+
+
+def _inside_torch(module: str) -> bool:
+    # torch imports these while torch itself is being imported, before the device can be
+    # resolved (resolving imports torch); their fixes check the device on every call instead.
+    return module == "torch" or module.startswith("torch.")
 
 
 def _wrap(rule: Fix, module: Any) -> None:

@@ -1,0 +1,185 @@
+"""torch.distributed on DirectML: gloo's collectives, with device tensors staged through the host.
+
+DirectML has no NCCL, and gloo reduces CPU tensors only; DistributedDataParallel moreover runs
+collectives on the device tensors themselves while it is constructed (the shape check, the
+broadcast of parameters and buffers). :class:`HostStagedGloo` is a ``ProcessGroup`` that hands
+every collective to a real ``ProcessGroupGloo``: CPU tensors go straight through, device tensors
+are copied to the host, reduced or exchanged there by gloo, and copied back. Nothing here
+implements a collective algorithm; it is only the staging around gloo's own.
+
+Gradient buckets do not take this generic path: :func:`allreduce_hook` is a DDP communication
+hook that stages each bucket once in each direction and averages on the host
+(``dmlpatch.fixes.torch_distributed`` registers it for DDP models on DirectML devices).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d
+from torch._C._distributed_c10d import _create_work_from_future
+
+#: The name ``init_process_group`` gets for a process group of this kind.
+BACKEND = "dmlgloo"
+
+_registered = False
+_lock = threading.Lock()
+
+
+def register() -> str:
+    """Make ``BACKEND`` known to torch.distributed (once per process); returns its name."""
+    global _registered
+    with _lock:
+        if not _registered:
+            dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "privateuseone"])
+            _registered = True
+    return BACKEND
+
+
+def _create(store: Any, rank: int, size: int, timeout: timedelta) -> HostStagedGloo:
+    return HostStagedGloo(store, rank, size, timeout)
+
+
+def _completed(result: Any) -> Any:
+    # A C++ Work completed by a future: a Python Work subclass can outlive its Python half when
+    # C++ holds it (torch 2.4's DDP shape check then waits forever on the bare C++ base).
+    future: torch.futures.Future[Any] = torch.futures.Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+class _Staging:
+    """Host copies of the device tensors in a collective's arguments, and the way back."""
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def to_host(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if value.device.type == "cpu":
+                return value
+            host = value.to("cpu")
+            self.pairs.append((value, host))
+            return host
+        if isinstance(value, list):
+            return [self.to_host(item) for item in value]
+        return value
+
+    def copy_back(self, originals: Any) -> None:
+        wanted = {id(t) for t in _tensors(originals)}
+        for device_tensor, host in self.pairs:
+            if id(device_tensor) in wanted:
+                device_tensor.copy_(host)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+class HostStagedGloo(dist.ProcessGroup):
+    """A process group over gloo that accepts DirectML (``privateuseone``) tensors."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)
+        self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    def _staged(self, name: str, *args: Any) -> Any:
+        """Run gloo's ``name`` on host copies; the first argument is the one written to."""
+        staging = _Staging()
+        host_args = [staging.to_host(arg) for arg in args]
+        getattr(self.gloo, name)(*host_args).wait()
+        staging.copy_back(args[0])
+        return _completed(args[0])
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> Any:
+        return self._staged("allreduce", tensors, _or_default(opts, c10d.AllreduceOptions))
+
+    def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> Any:
+        return self._staged(
+            "allreduce_coalesced", tensors, _or_default(opts, c10d.AllreduceCoalescedOptions)
+        )
+
+    def broadcast(self, tensors: Any, opts: Any = None) -> Any:
+        return self._staged("broadcast", tensors, _or_default(opts, c10d.BroadcastOptions))
+
+    def reduce(self, tensors: Any, opts: Any = None) -> Any:
+        return self._staged("reduce", tensors, _or_default(opts, c10d.ReduceOptions))
+
+    def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._staged("allgather", outputs, inputs, _or_default(opts, c10d.AllgatherOptions))
+
+    def _allgather_base(self, output: Any, input: Any, opts: Any = None) -> Any:
+        return self._staged(
+            "_allgather_base", output, input, _or_default(opts, c10d.AllgatherOptions)
+        )
+
+    def gather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._staged("gather", outputs, inputs, _or_default(opts, c10d.GatherOptions))
+
+    def scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._staged("scatter", outputs, inputs, _or_default(opts, c10d.ScatterOptions))
+
+    def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
+        return self._staged(
+            "reduce_scatter", outputs, inputs, _or_default(opts, c10d.ReduceScatterOptions)
+        )
+
+    def alltoall_base(
+        self, output: Any, input: Any, output_splits: Any, input_splits: Any, opts: Any = None
+    ) -> Any:
+        return self._staged(
+            "alltoall_base",
+            output,
+            input,
+            output_splits,
+            input_splits,
+            _or_default(opts, c10d.AllToAllOptions),
+        )
+
+    def send(self, tensors: Any, dst: int, tag: int = 0) -> Any:
+        host = _Staging().to_host(tensors)
+        self.gloo.send(host, dst, tag).wait()
+        return _completed(tensors)
+
+    def recv(self, tensors: Any, src: int, tag: int = 0) -> Any:
+        return self._staged("recv", tensors, src, tag)
+
+    def barrier(self, opts: Any = None) -> Any:
+        self.gloo.barrier(_or_default(opts, c10d.BarrierOptions)).wait()
+        return _completed([])
+
+
+def _or_default(opts: Any, kind: Callable[[], Any]) -> Any:
+    return kind() if opts is None else opts
+
+
+def allreduce_hook(group, bucket):  # type: ignore[no-untyped-def]
+    """DDP communication hook: average a gradient bucket over gloo, through the host.
+
+    Left unannotated: DDP compares a hook's annotations with ``dist.GradBucket`` and
+    ``Future[Tensor]`` objects, and postponed annotations are strings.
+
+    One device-to-host copy of the flat bucket, gloo's allreduce on it, and one host-to-device
+    copy into the bucket when gloo completes; the division by the world size is done on the
+    host, as DDP's default hook does it before reducing.
+    """
+    buffer = bucket.buffer()
+    host = buffer.to("cpu")
+    host.div_(group.size())
+    future = group.gloo.allreduce([host]).get_future()
+
+    def into_bucket(done: torch.futures.Future[Any]) -> torch.Tensor:
+        return buffer.copy_(done.value()[0])
+
+    return future.then(into_bucket)

@@ -1,0 +1,199 @@
+"""Several DirectML adapters: DataParallel and DDP over gloo, on two simulated adapters.
+
+The oracle is the CPU: DataParallel over N adapters must compute what the model computes on the
+N chunks of each batch; DDP over N ranks must end with the parameters of one process training
+on the whole batch.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from support import REPO, clean_env, run_python
+
+MULTI = Path(__file__).parent / "multi"
+DP_PROGRAM = str(MULTI / "dp_program.py")
+DDP_PROGRAM = str(MULTI / "ddp_program.py")
+EXAMPLE = str(REPO / "examples" / "train_cnn.py")
+TWO_ADAPTERS = clean_env(DMLPATCH_SIM_DEVICES="2")
+
+
+def _json_line(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _close(a: list, b: list, tolerance: float) -> bool:
+    flat_a = torch.tensor([x for row in a for x in (row if isinstance(row, list) else [row])])
+    flat_b = torch.tensor([x for row in b for x in (row if isinstance(row, list) else [row])])
+    return flat_a.shape == flat_b.shape and torch.allclose(flat_a, flat_b, atol=tolerance, rtol=0)
+
+
+def _dmlpatch(device: str, *args: str, report: Path | None = None):
+    options = ["--device", device] + ([f"--report={report}"] if report else [])
+    return run_python(["-m", "dmlpatch", *options, *args], env=TWO_ADAPTERS, timeout=300)
+
+
+# -- DataParallel --------------------------------------------------------------------------
+
+
+def test_data_parallel_over_two_adapters_equals_the_chunked_cpu_computation(
+    tmp_path: Path,
+) -> None:
+    reference = run_python([DP_PROGRAM, "--reference", "2"])
+    assert reference.code == 0, reference.err
+    report = tmp_path / "report.json"
+    result = _dmlpatch("sim:0,1", DP_PROGRAM, report=report)
+    assert result.code == 0, result.err
+    got, want = _json_line(result.out), _json_line(reference.out)
+    assert (got["wrapped"], got["device_count"], got["device"]) == (True, 2, "privateuseone:0")
+    assert _close(got["losses"], want["losses"], 1e-5)
+    assert _close(got["parameters"], want["parameters"], 1e-5)
+
+    counters = json.loads(report.read_text())
+    assert counters["ops"]["refused"] == {} and counters["ops"]["fallback"] == {}
+    # Both replicas ran: 2 convolutions per step, one on each adapter.
+    assert counters["ops"]["native"]["aten::convolution_overrideable"] == 4 * 2
+    # Per step, adapter 0 <-> adapter 1: the second input chunk, 6 parameters and 3 BatchNorm
+    # buffers to the replica, its output back; in backward the output's gradient out and the
+    # 6 parameter gradients back. Nothing else crosses.
+    parameters, buffers = 6, 3
+    assert counters["transfers"]["d2d"]["count"] == 4 * (1 + parameters + buffers + 1 + 1 + 6)
+    # Only the program's own read of its 6 parameters at the end (item() is no tensor copy).
+    assert counters["transfers"]["d2h"]["count"] == parameters
+
+
+def test_data_parallel_on_the_one_selected_adapter_is_the_plain_model() -> None:
+    cpu = run_python([DP_PROGRAM, "--always-wrap"])
+    assert cpu.code == 0, cpu.err
+    result = _dmlpatch("sim", DP_PROGRAM, "--always-wrap")
+    assert result.code == 0, result.err
+    got, want = _json_line(result.out), _json_line(cpu.out)
+    # Two adapters exist, one is selected: DataParallel uses that one and nothing is split.
+    assert (got["wrapped"], got["device_count"], got["device"]) == (True, 1, "privateuseone:0")
+    assert got["losses"] == want["losses"]
+    assert _close(got["parameters"], want["parameters"], 1e-6)
+
+
+def test_data_parallel_without_dmlpatch_stays_torchs_own() -> None:
+    """The wrappers act only on DirectML: a CPU DataParallel is untouched (same numbers)."""
+    plain = run_python([DP_PROGRAM, "--always-wrap"])
+    patched = run_python(["-m", "dmlpatch", "--device", "cpu", DP_PROGRAM, "--always-wrap"])
+    assert plain.code == patched.code == 0, patched.err
+    assert _json_line(plain.out) == _json_line(patched.out)
+
+
+def test_the_seeds_cifar_script_uses_both_adapters_when_asked(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = _dmlpatch("sim:0,1", EXAMPLE, "--epochs", "1", "--samples", "128", report=report)
+    assert result.code == 0, result.err
+    assert "using 2 GPUs" in result.out
+    assert "parameters on: privateuseone:0" in result.out
+    counters = json.loads(report.read_text())
+    assert counters["ops"]["native"]["aten::convolution_overrideable"] == 4 * 2 * 2
+    # 12 parameters, 3 BatchNorm buffers: 1 + 12 + 3 + 1 forward, 1 + 12 backward, per step.
+    assert counters["transfers"]["d2d"]["count"] == 4 * 30
+
+
+# -- DDP -----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _single_process_reference(world: int) -> list[list[float]]:
+    sys.path.insert(0, str(MULTI))
+    try:
+        import ddp_program
+    finally:
+        sys.path.remove(str(MULTI))
+    net = ddp_program.model()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for inputs, targets in ddp_program.batches(world):
+        optimizer.zero_grad()
+        ((net(inputs) - targets) ** 2).mean().backward()
+        optimizer.step()
+    return [p.detach().flatten().tolist() for p in net.parameters()]
+
+
+def _ddp(tmp_path: Path, hook: str) -> tuple[object, list[dict]]:
+    out = tmp_path / "rank"
+    result = _dmlpatch("sim:0,1", DDP_PROGRAM, str(_free_port()), str(out), hook)
+    ranks = (
+        [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(2)]
+        if (result.code == 0)
+        else []
+    )
+    return result, ranks
+
+
+def test_ddp_trains_two_ranks_on_two_adapters_like_one_process(tmp_path: Path) -> None:
+    result, ranks = _ddp(tmp_path, "default")
+    assert result.code == 0, result.err
+    assert "ranks: 2" in result.out
+    assert [r["device"] for r in ranks] == ["privateuseone:0", "privateuseone:1"]
+    assert ranks[0]["parameters"] == ranks[1]["parameters"]
+    assert _close(ranks[0]["parameters"], _single_process_reference(2), 1e-6)
+    # One line for the whole job (rank 0), not one per rank.
+    warnings = [line for line in result.err_lines if "no NCCL" in line]
+    assert warnings == [
+        "dmlpatch: warning: DirectML has no NCCL: backend 'nccl' becomes gloo, "
+        "with DirectML tensors staged through the host"
+    ]
+    assert "Traceback" not in result.err
+    for rank in ranks:
+        gradient, inputs = rank["gradient_bytes"], rank["input_bytes"]
+        for number, step in enumerate(rank["copies_per_step"]):
+            extra = {"count": 0, "bytes": 0}
+            if number == 1:
+                # After the first backward DDP rebuilds its buckets and broadcasts their layout
+                # (two small int tensors, each to the device, staged, back, and read).
+                extra = {"count": 4, "bytes": 48}
+            # The hook: the bucket out once and back once, 2 x gradient bytes in all.
+            assert step["d2h"] == {"count": 1 + extra["count"], "bytes": gradient + extra["bytes"]}
+            assert step["h2d"] == {
+                "count": 2 + 1 + extra["count"],
+                "bytes": inputs + gradient + extra["bytes"],
+            }
+            assert step["d2d"] == {"count": 0, "bytes": 0}
+        assert rank["all_reduce"] == 3.0
+        assert rank["broadcast_object"] == {"from": 0}
+
+
+def test_ddp_takes_the_programs_own_comm_hook(tmp_path: Path) -> None:
+    """fp16_compress_hook registered by the program replaces dmlpatch's (no 'only once')."""
+    result, ranks = _ddp(tmp_path, "fp16")
+    assert result.code == 0, result.err
+    assert ranks[0]["parameters"] == ranks[1]["parameters"]
+    assert _close(ranks[0]["parameters"], _single_process_reference(2), 1e-3)
+    for rank in ranks:
+        staged = rank["copies_per_step"][0]["d2h"]
+        assert staged == {"count": 1, "bytes": rank["gradient_bytes"] // 2}  # float16 bucket
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_process_groups_off_directml_are_torchs_own(backend: str, tmp_path: Path) -> None:
+    """Under --device cpu nothing is rerouted: gloo stays gloo, nccl fails as torch makes it."""
+    program = tmp_path / "group.py"
+    program.write_text(
+        "import torch.distributed as dist\n"
+        "try:\n"
+        f"    dist.init_process_group({backend!r}, init_method='tcp://127.0.0.1:{_free_port()}',"
+        " rank=0, world_size=1)\n"
+        "    print(dist.get_backend())\n"
+        "except Exception as error:\n"
+        "    print('failed:', type(error).__name__)\n"
+    )
+    result = run_python(["-m", "dmlpatch", "--device", "cpu", str(program)])
+    assert result.code == 0, result.err
+    # torch's own failure for NCCL without a GPU (its type differs between torch releases).
+    assert result.out.startswith("gloo" if backend == "gloo" else "failed:")
+    assert "NCCL" not in result.err
