@@ -179,6 +179,19 @@ def test_ddp_takes_the_programs_own_comm_hook(tmp_path: Path) -> None:
         assert staged == {"count": 1, "bytes": rank["gradient_bytes"] // 2}  # float16 bucket
 
 
+def test_ddp_find_unused_parameters_runs_without_it_and_says_so(tmp_path: Path) -> None:
+    result, ranks = _ddp(tmp_path, "find-unused")
+    assert result.code == 0, result.err
+    assert ranks[0]["parameters"] == ranks[1]["parameters"]
+    assert _close(ranks[0]["parameters"], _single_process_reference(2), 1e-6)
+    said = [line for line in result.err_lines if "find_unused_parameters" in line]
+    assert said == [
+        "dmlpatch: warning: DDP's find_unused_parameters=True needs pinned host memory, which "
+        "DirectML does not have: running with False (a parameter left without a gradient then "
+        "stops DDP at the next step, naming it)"
+    ]
+
+
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
 def test_process_groups_off_directml_are_torchs_own(backend: str, tmp_path: Path) -> None:
     """Under --device cpu nothing is rerouted: gloo stays gloo, nccl fails as torch makes it."""

@@ -45,7 +45,7 @@ def run(rank, world, port, out, hook):
     )
     torch.cuda.set_device(rank)
     net = model().cuda()
-    ddp = DDP(net, device_ids=[rank])
+    ddp = DDP(net, device_ids=[rank], find_unused_parameters=hook == "find-unused")
     if hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

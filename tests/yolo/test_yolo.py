@@ -306,6 +306,22 @@ def test_adapter_out_of_range_gives_the_valid_range(ws: Workspace) -> None:
     )
 
 
+def test_several_adapters_are_refused_with_the_reason(ws: Workspace) -> None:
+    """device=dml:0,1 is ultralytics' DDP path: one line, before any rank is launched."""
+    argv = ws.yolo_args("train", "ddp", device="dml:0,1")
+    result = run_python(
+        ["-m", "dmlpatch", "run", "--device=sim:0,1", "yolo", *argv],
+        env=ws.env(DMLPATCH_SIM_DEVICES="2"),
+    )
+    assert result.code != 0
+    assert "torch.distributed.run" not in result.out + result.err
+    assert result.err.rstrip().splitlines()[-1] == (
+        "ValueError: Invalid DirectML 'device=dml:0,1' requested: ultralytics' multi-GPU (DDP) "
+        "training builds CUDA devices in each rank, which dmlpatch does not map for ultralytics "
+        "yet; use one adapter, e.g. 'device=dml:0'."
+    )
+
+
 def test_device_sim_loads_the_simulator_on_demand(ws: Workspace) -> None:
     best = ws.runs / "cli" / "weights" / "best.pt"
     result = _dmlpatch_run(

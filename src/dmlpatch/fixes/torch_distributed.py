@@ -138,6 +138,17 @@ def ddp_init(
         bound.arguments["device_ids"] = [device.index]
     if bound.arguments.get("output_device") is not None:
         bound.arguments["output_device"] = device.index
+    if bound.arguments.get("find_unused_parameters"):
+        # The reducer copies its "used parameters" map through pinned host memory
+        # (reducer.cpp asserts local_used_map_tmp.is_pinned()), which DirectML cannot pin.
+        bound.arguments["find_unused_parameters"] = False
+        if _is_first_rank(_group_rank()):
+            log.warn_once(
+                "find_unused_parameters",
+                "DDP's find_unused_parameters=True needs pinned host memory, which DirectML "
+                "does not have: running with False (a parameter left without a gradient then "
+                "stops DDP at the next step, naming it)",
+            )
     wrapped(*bound.args, **bound.kwargs)
     from dmlpatch import host_staged
 

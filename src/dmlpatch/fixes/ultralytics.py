@@ -10,7 +10,7 @@ How ``device=`` is read once these fixes are in (``select_device``):
   not already DirectML (so ``device=sim`` works wherever the simulator can be built).
 - CUDA requests (``''``, ``0``, ``cuda``, ``cuda:N``) while dmlpatch targets DirectML: the
   target, as for every rewritten ``torch.cuda`` site; program ordinal ``N`` is the target's
-  ``N``-th adapter. Several adapters at once would mean DDP, which DirectML cannot run.
+  ``N``-th adapter. Several adapters (ultralytics' DDP training) are refused with one line.
 - Everything else (``cpu``, ``mps``, …) is ultralytics' own business.
 
 The other fixes act only on ``privateuseone`` devices and leave every other device as it was.
@@ -112,9 +112,11 @@ def _directml_device(request: Any) -> Optional[torch.device]:
 
 def _several(selector: str) -> Optional[str]:
     if "," in selector:
+        # Each DDP rank builds torch.device('cuda', i) itself (trainer and validator) from
+        # the device string, which dmlpatch does not rewrite in ultralytics.
         return (
-            "several adapters mean multi-GPU (DDP) training, which DirectML cannot run; "
-            "use one adapter, e.g. 'device=dml:0'"
+            "ultralytics' multi-GPU (DDP) training builds CUDA devices in each rank, which "
+            "dmlpatch does not map for ultralytics yet; use one adapter, e.g. 'device=dml:0'"
         )
     return None
 

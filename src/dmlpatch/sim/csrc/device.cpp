@@ -52,6 +52,10 @@ struct SimGuard final : c10::impl::DeviceGuardImplInterface {
   c10::Stream getStream(c10::Device d) const noexcept override {
     return c10::Stream(c10::Stream::DEFAULT, d);
   }
+  // torch 2.4's autograd asks for it when a backward pass crosses adapters (DataParallel).
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
     return c10::Stream(c10::Stream::DEFAULT, s.device());
   }
