@@ -74,3 +74,21 @@ def real_torch_directml(tmp_path_factory) -> Path:
         check=True,
     )
     return target
+
+
+# -- figures in the terminal summary ------------------------------------------------------------
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print what tests recorded with ``record_property("terminal_summary", text)``.
+
+    For figures a test reports (the rewrite corpus counts): they show in ``pytest -q`` output,
+    where a passing test's prints do not.
+    """
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "terminal_summary":
+                    terminalreporter.write_line(str(value))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from corpus._harness import Sandbox, child_env, sandbox
-from dmlpatch import bytecode_cache, rewrite
+from dmlpatch import bytecode_cache, hook, rewrite
 from dmlpatch._version import __version__
 
 SOURCE = """
@@ -240,22 +240,40 @@ print(json.dumps(report.snapshot()["patches"]["spec"]["modules"]))
 """
 
 
+#: How many processes race for one cold cache (issue 8: "16 processes importing the same
+#: targets at once").
+RACERS = 16
+
+
+def race(command: list[str], ready: Path, env: dict[str, str]) -> list[tuple[int, str, str]]:
+    """Start ``RACERS`` copies of ``command``; once all are waiting, let them go at once.
+
+    Each child touches a file in ``ready`` when it is set up, then waits for ``ready/go``.
+    Returns ``(returncode, stdout, stderr)`` per child.
+    """
+    children = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(RACERS)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < len(children) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (ready / "go").touch()
+    outcomes = [child.communicate(timeout=120) for child in children]
+    return [
+        (child.returncode, out.decode(), err.decode())
+        for child, (out, err) in zip(children, outcomes)
+    ]
+
+
 def test_concurrent_cold_imports_all_succeed(box: Sandbox, tmp_path: Path) -> None:
     path = make(box)
     ready = tmp_path / "ready"
     ready.mkdir()
     command = [sys.executable, "-c", _CHILD, str(box.root), str(ready), box.name("mod")]
-    children = [
-        subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(8)
-    ]
-    deadline = time.monotonic() + 60
-    while len(list(ready.iterdir())) < len(children) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    (ready / "go").touch()
-    outcomes = [child.communicate(timeout=60) for child in children]
-    for child, (out, err) in zip(children, outcomes):
-        assert child.returncode == 0, err.decode()
+    outcomes = race(command, ready, child_env())
+    for returncode, out, err in outcomes:
+        assert returncode == 0, err
         [entry] = json.loads(out)
         assert entry["sites"] == 2
     cached = cache_file(path)
@@ -265,6 +283,101 @@ def test_concurrent_cold_imports_all_succeed(box: Sandbox, tmp_path: Path) -> No
     warm = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=60)
     assert warm.returncode == 0, warm.stderr
     assert json.loads(warm.stdout) == [{"module": box.name("mod"), "sites": 2, "cached": True}]
+
+
+_REAL_CHILD = """
+import json, os, sys, time
+from importlib.machinery import PathFinder
+from dmlpatch import engine, hook, report
+
+def search_path(package):
+    # The package's directories, found without importing it: its __init__ imports torch.
+    path = None
+    parts = package.split(".") if package else []
+    for end in range(1, len(parts) + 1):
+        path = PathFinder.find_spec(".".join(parts[:end]), path).submodule_search_locations
+    return path
+
+ready = sys.argv[1]
+open(os.path.join(ready, str(os.getpid())), "w").close()
+while not os.path.exists(os.path.join(ready, "go")):
+    time.sleep(0.005)
+engine.activate("cpu")
+finder = sys.meta_path[0]
+origins = {}
+for name in sorted(hook.targets()):
+    spec = finder.find_spec(name, search_path(name.rpartition(".")[0]))
+    code = spec.loader.get_code(name)  # what importing would run: cached, or rewritten now
+    assert "__dmlpatch__" in code.co_names, name
+    origins[name] = spec.origin
+print(json.dumps({"origins": origins, "patches": report.snapshot()["patches"]}))
+"""
+
+
+def test_concurrent_cold_loads_of_the_real_targets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 processes activate dmlpatch and load every target of the real specs at once.
+
+    Cold without touching site-packages: ``PYTHONPYCACHEPREFIX`` sends every bytecode cache
+    (CPython's and ours) to an empty private tree, and ``DMLPATCH_CACHE_DIR`` the plan cache.
+    Each child goes through the hook's finder and loader as an import does, but stops short of
+    executing the modules: that would import torch in 16 processes at once (about 4 CPU
+    seconds and 850 MB each).
+    """
+    prefix, ready = tmp_path / "pycache", tmp_path / "ready"
+    ready.mkdir()
+    env = child_env(PYTHONPYCACHEPREFIX=str(prefix), DMLPATCH_CACHE_DIR=str(tmp_path / "cache"))
+    command = [sys.executable, "-c", _REAL_CHILD, str(ready)]
+    reports = []
+    for returncode, out, err in race(command, ready, env):
+        assert returncode == 0, err
+        reports.append(json.loads(out))
+    origins = reports[0]["origins"]
+    assert len(origins) >= 20  # facexlib, basicsr, gfpgan and realesrgan are installed
+    sites = {
+        name: len(rewrite.find_sites(Path(origin).read_bytes())) for name, origin in origins.items()
+    }
+    for report in reports:
+        assert report["origins"] == origins
+        loaded = {
+            entry["module"]: entry["sites"]
+            for spec in report["patches"].values()
+            for entry in spec["modules"]
+        }
+        assert loaded == sites
+        assert not any(spec["skipped"] for spec in report["patches"].values())
+
+    targets = {target.module: target for target in _real_targets()}
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))
+    for name, origin in origins.items():
+        source = Path(origin)
+        tag = bytecode_cache.tag(targets[name].fingerprint, targets[name].expect_sites)
+        cached = Path(bytecode_cache.location(origin, tag) or "")
+        assert prefix in cached.parents
+        hit = bytecode_cache.read(str(cached), origin, bytecode_cache.stamp(origin))
+        assert hit is not None, f"{cached} is torn or missing"
+        code, cached_sites = hit
+        expected = rewrite.rewrite(source.read_bytes(), origin)
+        assert code == compile(expected.tree, origin, "exec", dont_inherit=True), name
+        assert cached_sites == expected.sites
+    assert [path for path in prefix.rglob("*") if ".tmp" in path.name] == []
+
+    (ready / "go").touch()
+    warm = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert warm.returncode == 0, warm.stderr
+    cached_flags = {
+        entry["cached"]
+        for spec in json.loads(warm.stdout)["patches"].values()
+        for entry in spec["modules"]
+    }
+    assert cached_flags == {True}
+
+
+def _real_targets() -> list[hook.ModuleTarget]:
+    from dmlpatch import plan
+
+    return [hook.ModuleTarget(*target) for target in plan.build()["targets"]]
 
 
 def test_write_is_atomic_for_readers(tmp_path: Path) -> None:

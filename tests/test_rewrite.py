@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import traceback
+import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -248,6 +249,72 @@ def test_new_nodes_take_the_location_of_what_they_replace() -> None:
     assert (call.lineno, call.col_offset, call.end_lineno, call.end_col_offset) == (3, 5, 3, 26)
     for node in ast.walk(call):
         assert getattr(node, "lineno", 3) == 3
+
+
+def test_calls_spanning_lines_fail_on_the_lines_the_original_did() -> None:
+    """CPython names a multi-line method call by its method's line; rewritten calls keep that.
+
+    (Found by the site-packages corpus, tests/test_rewrite_corpus.py: ``model = Net().cuda(``
+    with its argument on the next lines put the rewritten call on the closing line.)
+    """
+    source = textwrap.dedent(
+        """\
+        def spread(x, rank):
+            return x.cuda(
+                rank
+            )
+        def chained(x):
+            return (x
+                    .cuda())
+        def literal(x, rank):
+            return x.to(
+                'cuda:%d'
+                % rank)
+        """
+    )
+    lines = source.splitlines()
+
+    def line_of(text: str) -> int:
+        return next(n for n, line in enumerate(lines, start=1) if text in line)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no device")
+
+    original: dict[str, Any] = {}
+    exec(compile(source, "m.py", "exec"), original)
+    rewritten: dict[str, Any] = {}
+    exec(compile(rewrite(source, "m.py").tree, "m.py", "exec"), rewritten)
+    rewritten["__dmlpatch__"] = types.SimpleNamespace(cuda=fail, device=fail)
+    tensor = types.SimpleNamespace(cuda=fail, to=fail)
+
+    def failing_line(namespace: dict[str, Any], function: str, *args: object) -> int:
+        with pytest.raises(RuntimeError) as caught:
+            namespace[function](tensor, *args)
+        return [f for f in traceback.extract_tb(caught.value.__traceback__) if f.name == function][
+            -1
+        ].lineno
+
+    assert failing_line(rewritten, "spread", 0) == failing_line(original, "spread", 0)
+    assert failing_line(original, "spread", 0) == line_of("x.cuda(")
+    assert failing_line(rewritten, "chained") == failing_line(original, "chained")
+    assert failing_line(original, "chained") == line_of(".cuda())")
+    # The original fails in .to(...), the rewritten where the literal starts, not where it ends.
+    assert failing_line(rewritten, "literal", 0) == line_of("'cuda:%d'")
+
+
+def test_nesting_deeper_than_the_recursion_limit() -> None:
+    """The parser takes expressions nested deeper than a recursive visitor could follow.
+
+    (Found by the site-packages corpus: sympy's generated resolvent_lookup.py nests ~570 deep.)
+    """
+    # Deeper than a recursive visitor reaches (two frames a level), not so deep that compile()
+    # refuses the tree: converting AST objects back counts one recursion level per node level.
+    depth = sys.getrecursionlimit() * 3 // 4
+    source = "y = x.to('cuda')" + " + 1" * depth + "\n"
+    assert [site.kind for site in find_sites(source)] == ["device_literal"]
+    namespace: dict[str, Any] = {"x": types.SimpleNamespace(to=lambda device: 0)}
+    exec(compile(rewrite(source).tree, "m.py", "exec"), namespace)
+    assert namespace["y"] == depth
 
 
 def test_files_without_sites_compile_to_the_same_code() -> None:

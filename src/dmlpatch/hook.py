@@ -111,7 +111,7 @@ def compile_main(source: bytes, filename: str) -> types.CodeType:
 
     result = rewrite(source, filename)
     if not result.sites:
-        return compile(result.tree, filename, "exec", dont_inherit=True)
+        return compile(source, filename, "exec", dont_inherit=True)
     if _gate is not None and not _gate():
         return compile(source, filename, "exec", dont_inherit=True)
     report.record_rewrite(MAIN_SPEC, MAIN_SPEC, len(result.sites), False)
@@ -233,10 +233,11 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         from dmlpatch.rewrite import rewrite
 
         result = rewrite(data, path)
-        if len(result.sites) < self.target.expect_sites:
-            # Stale spec: the rewritten tree is not trusted, and the parse was mutated.
+        if not result.sites or len(result.sites) < self.target.expect_sites:
+            # Stale spec: the rewritten tree is not trusted. Without sites the source compiles
+            # to the same code, and compiling source is not limited by the recursion depth as
+            # compiling a deeply nested tree is.
             return compile(data, path, "exec", dont_inherit=True), result.sites
-        # With no sites the tree is the unchanged parse: same code as compiling the source.
         return compile(result.tree, path, "exec", dont_inherit=True), result.sites
 
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import deque
+from collections.abc import Iterator
 from typing import NamedTuple, Optional, TypeVar, Union
 
 from dmlpatch.runtime import ALIAS, CUDA_FUNCTIONS
@@ -71,7 +73,7 @@ def rewrite(source: Union[str, bytes], filename: str = "<unknown>") -> Rewritten
     """Parse ``source`` and reroute its CUDA device sites; raises ``SyntaxError`` like compile."""
     tree = ast.parse(source, filename)
     transformer = _Transformer(_Names.of(tree), _Lines(source))
-    tree = transformer.visit(tree)
+    transformer.transform(tree)
     sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
     if sites:
         _insert_runtime_import(tree)
@@ -95,7 +97,7 @@ class _Names:
     @classmethod
     def of(cls, tree: ast.Module) -> _Names:
         names = cls()
-        for node in ast.walk(tree):
+        for node in _statements(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name == "torch" or (
@@ -114,6 +116,24 @@ class _Names:
                     elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
                         names.cuda_functions[bound] = alias.name
         return names
+
+
+#: What holds statements; expressions hold none, so imports are found without walking them.
+_BLOCKS = tuple(
+    getattr(ast, name) for name in ("stmt", "excepthandler", "match_case") if hasattr(ast, name)
+)
+
+
+def _statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """The statements of ``tree`` (and what holds them) in ``ast.walk``'s order."""
+    queue: deque[ast.AST] = deque([tree])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                queue.extend(item for item in value if isinstance(item, _BLOCKS))
 
 
 class _Lines:
@@ -139,16 +159,45 @@ class _Lines:
         return b"\n".join(parts).decode("utf-8", "replace")
 
 
-class _Transformer(ast.NodeTransformer):
+class _Transformer:
+    """Visits every node after its children, like ``ast.NodeTransformer``, but without recursion.
+
+    The parser accepts expressions nested deeper than Python's recursion limit allows a
+    recursive visitor to follow (sympy's generated ``resolvent_lookup.py`` nests polynomials
+    ~570 levels deep), and the rewriter must never fail on a file that compiles.
+    """
+
     def __init__(self, names: _Names, lines: _Lines) -> None:
         self.names = names
         self.lines = lines
         self.sites: list[Site] = []
 
+    def transform(self, tree: ast.Module) -> None:
+        """Call ``visit_<Type>`` on each node, children first; put what it returns in its place."""
+        visitors = {
+            getattr(ast, name[len("visit_") :]): getattr(self, name)
+            for name in dir(self)
+            if name.startswith("visit_")
+        }
+        stack: list[_Entry] = [(tree, tree, "", None, False)]
+        while stack:
+            node, parent, field, index, children_done = stack.pop()
+            if not children_done:
+                stack.append((node, parent, field, index, True))
+                stack += _children(node)
+                continue
+            visitor = visitors.get(type(node))
+            replacement = visitor(node) if visitor is not None else node
+            if replacement is node:
+                continue
+            if index is None:
+                setattr(parent, field, replacement)
+            else:
+                getattr(parent, field)[index] = replacement
+
     # -- calls --------------------------------------------------------------------------------
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
-        self.generic_visit(node)
         func = node.func
         function = self._cuda_function(func)
         if function is not None:
@@ -157,8 +206,14 @@ class _Transformer(ast.NodeTransformer):
             return node
         if isinstance(func, ast.Attribute) and func.attr == "cuda" and self._is_object(func.value):
             self._site(node, "cuda_call")
-            call = ast.Call(_alias("cuda"), [func.value, *node.args], node.keywords)
-            return _located(call, node)
+            callee = _located(_alias("cuda"), func)
+            call = _located(ast.Call(callee, [func.value, *node.args], node.keywords), node)
+            if func.end_lineno != func.lineno and func.end_col_offset is not None:
+                # CPython reports a method call whose object spans lines at the line of its
+                # name (``(x\n .cuda())``: the second): start the call there, as tracebacks did.
+                call.lineno = func.end_lineno
+                call.col_offset = func.end_col_offset - len(func.attr)
+            return call
         if self._torch_device_function(func):
             self._device_call(node)
         elif isinstance(func, ast.Attribute) and func.attr == "to" and node.args:
@@ -186,7 +241,7 @@ class _Transformer(ast.NodeTransformer):
             if isinstance(kind, ast.Constant) and kind.value == "cuda":
                 # torch.device('privateuseone:0', i) is an error, so route the ordinal alone.
                 self._site(node, "device_literal")
-                node.args = [_located(_runtime_call("device", [index]), kind)]
+                node.args = [_runtime_call("device", [index], kind)]
                 node.keywords = [k for k in node.keywords if k.arg not in ("type", "index")]
             return
         if node.args:
@@ -197,17 +252,14 @@ class _Transformer(ast.NodeTransformer):
     # -- definitions and assignments ----------------------------------------------------------
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
-        self.generic_visit(node)
         self._defaults(node.args)
         return node
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
-        self.generic_visit(node)
         self._defaults(node.args)
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
-        self.generic_visit(node)
         self._defaults(node.args)
         return node
 
@@ -222,13 +274,11 @@ class _Transformer(ast.NodeTransformer):
                 args.kw_defaults[i] = self._device_value(kw_default)
 
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
-        self.generic_visit(node)
         if any(_is_device_target(target) for target in node.targets):
             node.value = self._device_value(node.value)
         return node
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
-        self.generic_visit(node)
         if node.value is not None and _is_device_target(node.target):
             node.value = self._device_value(node.value)
         return node
@@ -247,7 +297,7 @@ class _Transformer(ast.NodeTransformer):
         if not _says_cuda(node):
             return node
         self._site(node, "device_literal")
-        return _located(_runtime_call("device", [node]), node)
+        return _runtime_call("device", [node], node)
 
     def _cuda_function(self, func: ast.expr) -> Optional[str]:
         """``torch.cuda.<f>`` (or an imported alias of it) for a routed ``f``, else None."""
@@ -287,6 +337,41 @@ class _Transformer(ast.NodeTransformer):
 
     def _site(self, node: ast.expr, kind: str) -> None:
         self.sites.append(Site(node.lineno, node.col_offset, kind, self.lines.segment(node)))
+
+
+#: A node on the walk's stack: the node, its parent, the parent's field (and list index) that
+#: holds it, and whether its children are done.
+_Entry = tuple[ast.AST, ast.AST, str, Optional[int], bool]
+
+
+#: Nodes the walk need not enter (most of a tree): no visitor, nor any inside them.
+_LEAVES = frozenset(
+    {
+        ast.Name,
+        ast.Constant,
+        ast.alias,
+        *ast.expr_context.__subclasses__(),
+        *ast.operator.__subclasses__(),
+        *ast.boolop.__subclasses__(),
+        *ast.unaryop.__subclasses__(),
+        *ast.cmpop.__subclasses__(),
+    }
+)
+
+
+def _children(node: ast.AST) -> list[_Entry]:
+    """Stack entries for the children of ``node``, last first: the walk visits the first first."""
+    entries: list[_Entry] = []
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, ast.AST) and type(item) not in _LEAVES:
+                    entries.append((item, node, field, index, False))
+        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+            entries.append((value, node, field, None, False))
+    entries.reverse()
+    return entries
 
 
 def _says_cuda(node: ast.expr) -> bool:
@@ -347,8 +432,17 @@ def _alias(name: str) -> ast.Attribute:
     return ast.Attribute(ast.Name(ALIAS, ast.Load()), name, ast.Load())
 
 
-def _runtime_call(name: str, args: list[ast.expr]) -> ast.Call:
-    return ast.Call(_alias(name), args, [])
+def _runtime_call(name: str, args: list[ast.expr], like: ast.expr) -> ast.Call:
+    """``__dmlpatch__.<name>(*args)`` in the place of ``like``, its callee on ``like``'s first line.
+
+    CPython reports a call through an attribute that spans lines at the attribute's last
+    line: a callee spanning a multi-line literal would move the call, and the traceback line,
+    to the literal's closing line.
+    """
+    callee = _located(_alias(name), like)
+    for part in (callee, callee.value):
+        part.end_lineno, part.end_col_offset = part.lineno, part.col_offset
+    return _located(ast.Call(callee, args, []), like)
 
 
 def _located(node: _Node, like: ast.AST) -> _Node:
