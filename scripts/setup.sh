@@ -17,6 +17,8 @@ fi
   setuptools wheel cython numpy
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation \
   basicsr==1.4.2 facexlib==0.3.0 gfpgan==1.3.8 realesrgan==0.3.0 ultralytics==8.4.190
+# ultralytics 8.4 pickles its trainer for DDP ranks with cloudpickle (an optional dependency).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check cloudpickle==3.1.2
 # The 2024 ultralytics line (the seeds' era) for the version-gate tests, beside the venv.
 if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \

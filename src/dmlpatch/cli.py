@@ -199,6 +199,9 @@ def _run_program(options: Options, console_script: bool) -> int:
     destination = options.report or os.environ.pop(bootstrap.REPORT_VAR, None)
     if destination:
         report.check_destination(destination)
+        if report.per_process(destination):
+            # Children (DDP ranks, workers) write theirs; they may start in another directory.
+            os.environ[bootstrap.REPORT_VAR] = os.path.abspath(destination)
     if console_script:
         runner.find_console_script(options.rest[0])
     elif options.module is not None:

@@ -109,10 +109,20 @@ def check_destination(destination: str) -> None:
         raise UsageError(f"cannot write the report to {path!r}: permission denied")
 
 
+#: In a report path, replaced by the process's ``$RANK`` (DDP ranks) or ``main``.
+RANK_FIELD = "{rank}"
+
+
+def per_process(destination: str) -> bool:
+    """Whether every process of the job writes its own report (the path names ``{rank}``)."""
+    return RANK_FIELD in destination
+
+
 def write(destination: str) -> None:
     """Write the report as JSON to a file, or to stderr when ``destination`` is ``-``."""
     import json
 
+    destination = destination.replace(RANK_FIELD, os.environ.get("RANK") or "main")
     text = json.dumps(snapshot(), indent=2, sort_keys=True)
     if destination == "-":
         sys.stderr.write(text + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -306,20 +307,28 @@ def test_adapter_out_of_range_gives_the_valid_range(ws: Workspace) -> None:
     )
 
 
-def test_several_adapters_are_refused_with_the_reason(ws: Workspace) -> None:
-    """device=dml:0,1 is ultralytics' DDP path: one line, before any rank is launched."""
-    argv = ws.yolo_args("train", "ddp", device="dml:0,1")
+def test_ddp_over_two_adapters_trains_an_epoch(ws: Workspace) -> None:
+    """device=dml:0,1: ultralytics launches two DDP ranks, one per simulated adapter."""
+    reports = ws.root / "ddp-report-{rank}.json"
+    argv = ws.yolo_args("train", "ddp", device="dml:0,1", plots="False")
     result = run_python(
-        ["-m", "dmlpatch", "run", "--device=sim:0,1", "yolo", *argv],
+        ["-m", "dmlpatch", "run", "--device=sim:0,1", f"--report={reports}", "yolo", *argv],
         env=ws.env(DMLPATCH_SIM_DEVICES="2"),
     )
-    assert result.code != 0
-    assert "torch.distributed.run" not in result.out + result.err
-    assert result.err.rstrip().splitlines()[-1] == (
-        "ValueError: Invalid DirectML 'device=dml:0,1' requested: ultralytics' multi-GPU (DDP) "
-        "training builds CUDA devices in each rank, which dmlpatch does not map for ultralytics "
-        "yet; use one adapter, e.g. 'device=dml:0'."
-    )
+    _assert_ok(result)
+    output = result.out + result.err
+    assert "DDP:" in output and "torch.distributed.run --nproc_per_node 2" in output
+    assert "Traceback" not in output
+    losses = _train_losses(ws.runs / "ddp" / "results.csv")
+    assert all(math.isfinite(loss) and loss > 0 for loss in losses)
+    for rank in ("0", "1"):
+        data = json.loads(Path(str(reports).replace("{rank}", rank)).read_text())
+        assert data["backend"] == "sim"
+        assert data["ops"]["refused"] == {}
+        assert data["ops"]["native"]["aten::convolution_backward_overrideable"] > 0
+        functions = data["patches"]["ultralytics"]["functions"]
+        assert "ultralytics.engine.trainer:BaseTrainer._setup_ddp" in functions
+    assert ws.network_attempts() == []
 
 
 def test_device_sim_loads_the_simulator_on_demand(ws: Workspace) -> None:

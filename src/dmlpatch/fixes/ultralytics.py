@@ -10,7 +10,10 @@ How ``device=`` is read once these fixes are in (``select_device``):
   not already DirectML (so ``device=sim`` works wherever the simulator can be built).
 - CUDA requests (``''``, ``0``, ``cuda``, ``cuda:N``) while dmlpatch targets DirectML: the
   target, as for every rewritten ``torch.cuda`` site; program ordinal ``N`` is the target's
-  ``N``-th adapter. Several adapters (ultralytics' DDP training) are refused with one line.
+  ``N``-th adapter.
+- Several adapters (``dml:0,1``, or ``0,1`` under ``--device dml:0,1``): ultralytics' DDP
+  training, one rank per adapter over gloo (:func:`setup_ddp`, and
+  ``dmlpatch.fixes.torch_distributed`` for the process group and DDP itself).
 - Everything else (``cpu``, ``mps``, …) is ultralytics' own business.
 
 The other fixes act only on ``privateuseone`` devices and leave every other device as it was.
@@ -19,7 +22,9 @@ The other fixes act only on ``privateuseone`` devices and leave every other devi
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import sys
 import threading
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
@@ -88,37 +93,38 @@ def _directml_device(request: Any) -> Optional[torch.device]:
     match = _DML_REQUEST.match(text)
     if match is not None:
         kind, selector = match.groups()
+        kind = "sim" if kind == "sim" else "dml"
+        if selector is not None and re.fullmatch(r"\d+(,\d+)+", selector):
+            return _this_rank([_adapter(text, kind, int(part)) for part in selector.split(",")])
         if selector is not None and not selector.isdigit():
-            _invalid(text, _several(selector) or f"'{selector}' is not an adapter number")
+            _invalid(text, f"'{selector}' is not an adapter number")
         index = int(selector) if selector is not None else None
-        return _adapter(text, "sim" if kind == "sim" else "dml", index)
+        return _adapter(text, kind, index)
     cuda = _CUDA_REQUEST.match(text)
     target = resolution.current()
     if cuda is None or target.type != DEVICE_TYPE:
         return None
-    ordinals = [part for part in cuda.group(1).split(",") if part]
-    if len(ordinals) > 1:
-        _invalid(text, _several(cuda.group(1)))
+    ordinals = [part for part in cuda.group(1).split(",") if part] or ["0"]
     # The program's CUDA ordinal N is the target's N-th adapter, as in rewritten code.
-    position = int(ordinals[0]) if ordinals else 0
-    if position >= len(target.indices):
-        _invalid(
-            text,
-            f"dmlpatch maps {len(target.indices)} adapter(s) as CUDA devices "
-            f"({target.describe_indices()}); use 'device=0' or 'device=dml'",
-        )
-    return torch.device(DEVICE_TYPE, target.indices[position])
+    for position in map(int, ordinals):
+        if position >= len(target.indices):
+            _invalid(
+                text,
+                f"dmlpatch maps {len(target.indices)} adapter(s) as CUDA devices "
+                f"({target.describe_indices()}); use 'device=0' or 'device=dml', or select "
+                "several adapters with dmlpatch --device dml:0,1",
+            )
+    return _this_rank([torch.device(DEVICE_TYPE, target.indices[int(o)]) for o in ordinals])
 
 
-def _several(selector: str) -> Optional[str]:
-    if "," in selector:
-        # Each DDP rank builds torch.device('cuda', i) itself (trainer and validator) from
-        # the device string, which dmlpatch does not rewrite in ultralytics.
-        return (
-            "ultralytics' multi-GPU (DDP) training builds CUDA devices in each rank, which "
-            "dmlpatch does not map for ultralytics yet; use one adapter, e.g. 'device=dml:0'"
-        )
-    return None
+def _this_rank(adapters: list[torch.device]) -> torch.device:
+    """Several adapters mean DDP: the launching process gets the first, DDP rank r the r-th.
+
+    ultralytics' own select_device does the same for ``device=0,1`` through CUDA's current
+    device, which each rank sets in ``_setup_ddp`` (see :func:`setup_ddp`).
+    """
+    rank = int(os.environ.get("LOCAL_RANK", "-1"))
+    return adapters[rank] if 0 <= rank < len(adapters) else adapters[0]
 
 
 def _adapter(text: str, kind: str, index: Optional[int]) -> torch.device:
@@ -251,6 +257,13 @@ class DirectMLBackend:
         """DirectML frees memory itself; there is no cache to empty."""
 
 
+class CudaOrdinalBackend(DirectMLBackend):
+    """``torch.cuda`` as ultralytics asks it while dmlpatch maps CUDA to DirectML: ordinals."""
+
+    def current_device(self) -> int:
+        return runtime.current_device()
+
+
 def _index(device: Any) -> int:
     if device is None:
         return _current_index
@@ -266,9 +279,29 @@ def device_backend(
     """``get_torch_device_backend``: a :class:`DirectMLBackend` for ``privateuseone``."""
     bound = _bind(wrapped, args, kwargs)
     device = bound.arguments["device"]
-    if getattr(device, "type", str(device).split(":")[0]) != DEVICE_TYPE:
+    kind = getattr(device, "type", str(device).split(":")[0])
+    if kind == "cuda" and resolution.current().type == DEVICE_TYPE:
+        # A DDP rank's validator asks get_torch_device_backend('cuda').current_device().
+        return CudaOrdinalBackend(wrapped(torch.device(DEVICE_TYPE, 0)))
+    if kind != DEVICE_TYPE:
         return wrapped(*args, **kwargs)
     return DirectMLBackend(wrapped(*args, **kwargs))
+
+
+def autobackend_device(
+    wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``AutoBackend(device=torch.device('cuda', N))``: the target's adapter for ordinal N."""
+    bound = _bind(wrapped, args, kwargs)
+    device = bound.arguments.get("device")
+    if (
+        isinstance(device, torch.device)
+        and device.type == "cuda"
+        and resolution.current().type == DEVICE_TYPE
+    ):
+        bound.arguments["device"] = torch.device(runtime.device(str(device)))
+        return wrapped(*bound.args, **bound.kwargs)
+    return wrapped(*args, **kwargs)
 
 
 def synchronize() -> None:
@@ -300,6 +333,39 @@ def profile_time(
 
 
 # -- training ------------------------------------------------------------------------------
+
+
+def setup_ddp(
+    wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``BaseTrainer._setup_ddp`` in a DDP rank of ``device=dml:0,1``: its adapter, and gloo.
+
+    ultralytics makes the rank's device ``torch.device('cuda', index)``, calls
+    ``torch.cuda.set_device`` and asks for NCCL. Here the rank gets its DirectML adapter, its
+    CUDA ordinal becomes the current one (what ``'cuda'`` means in rewritten code and in the
+    validator, which rebuilds ``torch.device('cuda', current_device())``), and gloo, which
+    dmlpatch's torch.distributed fixes let carry DirectML tensors.
+    """
+    chosen = _directml_device(getattr(instance.args, "device", None))
+    if chosen is None:
+        return wrapped(*args, **kwargs)
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    world_size = args[0] if args else kwargs.get("world_size", instance.world_size)
+    instance.device = chosen
+    runtime.set_device(max(int(os.environ.get("LOCAL_RANK", "0")), 0))
+    backend_of = getattr(sys.modules.get(wrapped.__module__), "get_torch_device_backend", None)
+    if backend_of is not None:  # ultralytics >= 8.2 keeps the device module as the accelerator
+        instance.accelerator = backend_of(chosen)
+    dist.init_process_group(
+        backend="gloo",
+        timeout=timedelta(seconds=10800),  # ultralytics' own: 3 hours
+        rank=int(os.environ.get("RANK", "0")),
+        world_size=world_size,
+    )
+    return None
 
 
 def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
