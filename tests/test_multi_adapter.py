@@ -194,6 +194,26 @@ def test_ddp_find_unused_parameters_runs_without_it_and_says_so(tmp_path: Path) 
     ]
 
 
+def test_torchrun_workers_run_the_script_rewritten(tmp_path: Path) -> None:
+    """torchrun starts `python -u script.py`; under dmlpatch the workers start through it."""
+    out = tmp_path / "rank"
+    result = _dmlpatch(
+        "sim:0,1",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(MULTI / "torchrun_program.py"),
+        str(out),
+    )
+    assert result.code == 0, result.err
+    ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(2)]
+    assert [r["device"] for r in ranks] == ["privateuseone:0", "privateuseone:1"]
+    assert ranks[0]["parameters"] == ranks[1]["parameters"]
+    assert _close(ranks[0]["parameters"], _single_process_reference(2), 1e-6)
+    assert sum("running on" in line for line in result.err_lines) == 1
+
+
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
 def test_process_groups_off_directml_are_torchs_own(backend: str, tmp_path: Path) -> None:
     """Under --device cpu nothing is rerouted: gloo stays gloo, nccl fails as torch makes it."""

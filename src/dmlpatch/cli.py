@@ -181,7 +181,8 @@ def _prepare(options: Options) -> bool:
     _propagate_to_children(spec)
     engine.activate(spec)  # a malformed patch spec stops here, before anything is said
     where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
-    log.say(f"running on {where}: {chosen.why}")
+    if "LOCAL_RANK" not in os.environ:  # torchrun workers: the launcher said it for the job
+        log.say(f"running on {where}: {chosen.why}")
     return True
 
 

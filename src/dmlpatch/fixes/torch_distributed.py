@@ -4,6 +4,7 @@
   warning; ``gloo`` and the default become gloo behind
   :class:`~dmlpatch.host_staged.HostStagedGloo`, which accepts DirectML tensors by staging them
   through the host.
+- ``torchrun``: workers start through dmlpatch's runner, so the training script is rewritten.
 - ``DistributedDataParallel``: for a model on a DirectML device, ``device_ids`` /
   ``output_device`` name that device (they arrive as the program's CUDA ordinals), and the
   gradient buckets are averaged by :func:`~dmlpatch.host_staged.allreduce_hook`. A hook the
@@ -188,3 +189,27 @@ def register_builtin_comm_hook(
         slot.program_hook = (instance.process_group, default_hooks.fp16_compress_hook)
     # ALLREDUCE is what dmlpatch's hook does already.
     return None
+
+
+def torchrun_workers(
+    wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """torchrun's ``launch_agent``: workers run ``python -u -m dmlpatch script.py``.
+
+    torchrun starts each worker as plain ``python -u script.py``; the worker then starts
+    patched (its libraries are), but the script itself would run unrewritten, so its own
+    ``torch.cuda.set_device(local_rank)`` and ``.cuda()`` would ask for CUDA. Started through
+    dmlpatch's runner it is rewritten as under ``python -m dmlpatch``. (``launch_agent``, not
+    ``config_from_args``: under ``python -m torch.distributed.run`` the latter runs in a
+    ``__main__`` copy of the module.)
+    """
+    bound = _bind(wrapped, args, kwargs)
+    entrypoint, worker_args = bound.arguments["entrypoint"], list(bound.arguments["args"])
+    if (
+        isinstance(entrypoint, str)
+        and worker_args[:1] == ["-u"]
+        and worker_args[1:3] != ["-m", "dmlpatch"]
+        and _targets_directml()
+    ):
+        bound.arguments["args"] = ["-u", "-m", "dmlpatch", *worker_args[1:]]
+    return wrapped(*bound.args, **bound.kwargs)
