@@ -90,3 +90,46 @@ def linked_venv() -> Iterator[tuple[str, Path]]:
         yield python, Path(purelib)
     finally:
         shutil.rmtree(root)
+
+
+# -- what is on disk -----------------------------------------------------------------------
+
+
+Stamps = dict[str, tuple[int, int]]
+
+
+def distribution_digests(*names: str) -> dict[str, str]:
+    """sha256 of every file the named installed distributions list (their RECORD)."""
+    import hashlib
+    import importlib.metadata
+
+    digests = {}
+    for name in names:
+        distribution = importlib.metadata.distribution(name)
+        for file in distribution.files or ():
+            path = Path(distribution.locate_file(file))
+            if path.suffix != ".pyc" and path.is_file():
+                digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
+
+
+def file_stamps(*roots: Path) -> Stamps:
+    """Every file under ``roots``, with (size, mtime_ns): enough to see what a run wrote."""
+    stamps = {}
+    for root in roots:
+        for directory, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(directory, name)
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    continue
+                stamps[path] = (info.st_size, info.st_mtime_ns)
+    return stamps
+
+
+def written_between(before: Stamps, after: Stamps) -> list[str]:
+    """Files created or changed (removed ones too, as changes), sorted."""
+    changed = {path for path, stamp in after.items() if before.get(path) != stamp}
+    changed |= set(before) - set(after)
+    return sorted(changed)

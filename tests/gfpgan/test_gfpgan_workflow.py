@@ -12,14 +12,18 @@ import hashlib
 import importlib.metadata
 import json
 import sys
+import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from support import Result, linked_venv, run_python
+from dmlpatch import paths
+
+from support import Result, file_stamps, linked_venv, run_python, written_between
 
 SIM = ("-m", "dmlpatch", "--device", "sim")
-DISTRIBUTIONS = ("facexlib", "basicsr", "gfpgan", "realesrgan", "torchvision")
+DISTRIBUTIONS = ("facexlib", "basicsr", "gfpgan", "realesrgan", "torchvision", "torch")
 
 
 def _hashes() -> dict[str, str]:
@@ -234,6 +238,56 @@ def test_aligned_restoreformer_cli_without_background(assets, tmp_path: Path) ->
     data = json.loads(result.err[result.err.index("{") :])
     assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
     _no_network(assets)
+
+
+def test_footprint_is_dmlpatch_cache_and_the_outputs(
+    assets, tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    """With bytecode writing on (as users have it), a run creates or changes nothing but
+    dmlpatch's caches (the tagged .pyc of each rewritten module, the cache directory) and the
+    program's outputs; the list goes to the test summary."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    cache = Path(paths.cache_directory())
+    work = assets.workdir(tmp_path / "work")
+    roots = [purelib, cache, work, assets.root]
+    before = file_stamps(*roots)
+    arguments = ["-i", str(assets.root / "inputs" / "aligned"), "-o", "results", "-v", "1.3"]
+    result = _run(
+        [*SIM, str(assets.script), *arguments, "--aligned", "--bg_upsampler", "none"],
+        assets.env(PYTHONDONTWRITEBYTECODE=""),
+        work,
+    )
+    assert result.code == 0, result.err
+    kinds: dict[str, list[str]] = {}
+    for path in map(Path, written_between(before, file_stamps(*roots))):
+        if path.is_relative_to(cache):
+            kind = "dmlpatch: cache directory"
+        elif path.parent.name == "__pycache__" and ".opt-dmlpatch" in path.name:
+            kind = "dmlpatch: rewritten bytecode (tagged .pyc beside the source)"
+        elif path.parent.name == "__pycache__" and path.suffix == ".pyc":
+            kind = "python: its own bytecode cache"
+        elif path.is_relative_to(work / "results") or path == assets.netlog:
+            kind = "program output"
+        else:
+            kind = "unexpected"
+        kinds.setdefault(kind, []).append(str(path))
+    assert "unexpected" not in kinds, kinds["unexpected"]
+    assert kinds["program output"]
+    # The first run with bytecode on writes the tagged files; later runs only read them.
+    tagged = {
+        str(path)
+        for package in ("facexlib", "basicsr", "gfpgan", "realesrgan")
+        for path in (purelib / package).rglob("__pycache__/*.opt-dmlpatch*.pyc")
+    }
+    assert tagged
+    assert set(kinds.get("dmlpatch: rewritten bytecode (tagged .pyc beside the source)", [])) <= (
+        tagged
+    )
+    record_property(
+        "terminal_summary",
+        "footprint of `python -m dmlpatch inference_gfpgan.py ...`: "
+        + "; ".join(f"{kind}: {len(files)} file(s)" for kind, files in sorted(kinds.items())),
+    )
 
 
 API = """

@@ -12,7 +12,8 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator
+import sysconfig
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -23,9 +24,17 @@ import yolo_fixtures
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from dmlpatch import paths
 from dmlpatch.fixes.ultralytics import greedy_nms
 
-from support import Result, linked_venv, run_python
+from support import (
+    Result,
+    distribution_digests,
+    file_stamps,
+    linked_venv,
+    run_python,
+    written_between,
+)
 
 HERE = Path(__file__).resolve().parent
 ULTRALYTICS = Path(__import__("ultralytics").__file__).parent
@@ -61,6 +70,7 @@ class Workspace:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.installed = {path: _digest(path) for path in _installed()}
+        self.torch_files = distribution_digests("torch", "torchvision")
         self.data = yolo_fixtures.build_dataset(root / "data")
         self.config = yolo_fixtures.build_config_dir(root / "config")
         self.netlog = root / "network.log"
@@ -364,11 +374,57 @@ def test_ultralytics_8_1_trains_on_sim_like_on_cpu(ws: Workspace) -> None:
     assert ws.network_attempts() == []
 
 
+def test_footprint_of_the_seed_run_is_dmlpatch_cache_and_outputs(
+    ws: Workspace, record_property: Callable[[str, object], None]
+) -> None:
+    """A training run (bytecode written, as users have it) creates or changes nothing but
+    dmlpatch's caches and the program's own outputs; the list goes to the test summary."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    cache = Path(paths.cache_directory())
+    roots = [purelib, cache, ws.root, OLD_ULTRALYTICS]
+    before = file_stamps(*roots)
+    report = ws.root / "footprint-report.json"
+    argv = ws.yolo_args("train", "footprint", plots="False")
+    result = run_python(
+        ["-m", "dmlpatch", "run", "--device=sim", f"--report={report}", "yolo", *argv],
+        env=ws.env(PYTHONDONTWRITEBYTECODE=""),
+    )
+    _assert_ok(result)
+    kinds: dict[str, list[str]] = {}
+    for path in written_between(before, file_stamps(*roots)):
+        kinds.setdefault(_footprint_kind(Path(path), purelib, cache, ws), []).append(path)
+    assert "unexpected" not in kinds, kinds["unexpected"]
+    assert kinds["program output"]  # (ultralytics' spec rewrites no module: no tagged .pyc)
+    record_property(
+        "terminal_summary",
+        "footprint of `dmlpatch run yolo ... mode=train`: "
+        + "; ".join(f"{kind}: {len(files)} file(s)" for kind, files in sorted(kinds.items())),
+    )
+
+
+def _footprint_kind(path: Path, purelib: Path, cache: Path, ws: Workspace) -> str:
+    if path.is_relative_to(cache):
+        return "dmlpatch: cache directory (simulator build, plans)"
+    if path.parent.name == "__pycache__" and ".opt-dmlpatch" in path.name:
+        return "dmlpatch: rewritten bytecode (tagged .pyc beside the source)"
+    if path.parent.name == "__pycache__" and path.suffix == ".pyc":
+        return "python: its own bytecode cache"
+    if path.is_relative_to(ws.runs) or path.name in ("footprint-report.json", "network.log"):
+        return "program output"
+    if path.is_relative_to(ws.config):
+        return "ultralytics: its settings"
+    if path.is_relative_to(ws.data) or path.is_relative_to(ws.data.parent):
+        return "ultralytics: its dataset label cache"
+    return "unexpected"
+
+
 def test_ultralytics_files_unchanged(ws: Workspace) -> None:
-    """After every run above: each installed ultralytics file has its sha256 from before."""
+    """After every run above: each installed ultralytics file has its sha256 from before, and
+    so has every file of torch and torchvision."""
     assert len(ws.installed) == 2, f"ultralytics 8.1 missing; install it first: {OLD_INSTALL}"
     for path, before in ws.installed.items():
         assert _digest(path) == before
+    assert distribution_digests("torch", "torchvision") == ws.torch_files
 
 
 # -- device-side NMS ---------------------------------------------------------------------------
