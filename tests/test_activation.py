@@ -132,3 +132,61 @@ def test_bootstrap_line_never_fails_without_dmlpatch(env: tuple[str, Path], tmp_
         assert result.stdout == "up\n"
     finally:
         run_python(["-m", "dmlpatch", "deactivate"], python=python)
+
+
+_CRASH_DURING_WRITE = """
+import os, sys
+from dmlpatch import activation
+def killed(*args, **kwargs):
+    os._exit(9)  # the process dies after writing the temporary file, before the rename
+os.replace = killed
+activation.activate(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("activated_before", [False, True])
+def test_a_crash_mid_write_leaves_no_partial_pth(
+    env: tuple[str, Path], activated_before: bool
+) -> None:
+    python, purelib = env
+    pth = purelib / "dmlpatch-activate.pth"
+    if activated_before:
+        run_python(["-m", "dmlpatch", "activate", "--device", "cpu"], python=python)
+    before = pth.read_text() if activated_before else None
+    try:
+        crashed = run_python(["-c", _CRASH_DURING_WRITE, "sim"], python=python)
+        assert crashed.code == 9
+        # The old file, whole, or none at all: never a half-written one.
+        assert (pth.read_text() if pth.exists() else None) == before
+        leftovers = [p for p in purelib.iterdir() if p.name.startswith(".dmlpatch-")]
+        assert all(p.suffix == ".tmp" for p in leftovers)  # site.py reads only *.pth
+        started = run_python(["-c", CHECK], python=python)
+        assert started.code == 0, started.err
+        assert started.out == ("True False True\n" if activated_before else "False False False\n")
+    finally:
+        run_python(["-m", "dmlpatch", "deactivate"], python=python)
+        for leftover in purelib.glob(".dmlpatch-*.tmp"):
+            leftover.unlink()
+
+
+def test_device_text_is_never_run_as_code(env: tuple[str, Path], tmp_path: Path) -> None:
+    """Neither --device nor $DMLPATCH_DEVICE is evaluated: code there is an unknown spec."""
+    python, purelib = env
+    marker = tmp_path / "ran"
+    payload = f"__import__('os').system('touch {marker}')"
+    rejected = run_python(["-m", "dmlpatch", "activate", "--device", payload], python=python)
+    assert rejected.code == 2 and "unknown device spec" in rejected.err
+    assert not (purelib / "dmlpatch-activate.pth").exists()
+    run_python(["-m", "dmlpatch", "activate"], python=python)
+    try:
+        started = run_python(["-c", CHECK], python=python, env=clean_env(DMLPATCH_DEVICE=payload))
+        assert started.code == 0, started.err
+        assert started.err_lines == [
+            f"dmlpatch: warning: patches not active in this process: unknown device spec "
+            f"{payload!r}; expected one of: auto, dml, dml:N, dml:N,M, dml:NAME, "
+            "privateuseone:N, sim, sim:N, cpu, cuda, cuda:N, mps, xpu"
+        ]
+        assert started.out == "False False True\n"
+    finally:
+        run_python(["-m", "dmlpatch", "deactivate"], python=python)
+    assert not marker.exists()
