@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -67,6 +68,19 @@ def _probe() -> DirectML:
         return DirectML(False, f"torch-directml failed to import: {_first_line(error)}")
     except Exception as error:  # a third-party import can raise anything; report, don't crash
         return DirectML(False, f"torch-directml failed to import: {_describe(error)}")
+    if (
+        sys.platform.startswith("linux")
+        and "torch_directml_native" in sys.modules
+        and not os.path.exists("/dev/dxg")
+    ):
+        # Outside WSL2 the D3D12 libraries it loads answer from uninitialised memory: queries
+        # fail with "Unknown error -NNN" or crash the process (SIGSEGV), so none is made.
+        return DirectML(
+            False,
+            "torch-directml found no /dev/dxg (WSL2's GPU device); "
+            "DirectML works only on Windows and WSL2",
+            module=torch_directml,
+        )
     try:
         if not torch_directml.is_available():
             return DirectML(

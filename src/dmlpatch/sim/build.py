@@ -128,14 +128,19 @@ def ensure_built() -> Path:
     directory = build_dir()
     if (directory / _DONE).is_file() and library_path(directory).is_file():
         return library_path(directory)
-    ok, reason = buildable()
-    if not ok:
-        raise DeviceUnavailable(f"cannot build the simulated DirectML device: {reason}")
-    with _exclusive(directory / ".dmlpatch.lock"):
-        if (directory / _DONE).is_file():
-            return library_path(directory)
-        _compile(directory)
-        (directory / _DONE).write_text(_key() + "\n", "utf-8")
+    # The build imports setuptools, which appends its _vendor directory to sys.path: without
+    # this, the program would see another sys.path on a cold run than on every later one.
+    search_path = list(sys.path)
+    try:
+        ok, reason = buildable()
+        if not ok:
+            raise DeviceUnavailable(f"cannot build the simulated DirectML device: {reason}")
+        with _exclusive(directory / ".dmlpatch.lock"):
+            if not (directory / _DONE).is_file():
+                _compile(directory)
+                (directory / _DONE).write_text(_key() + "\n", "utf-8")
+    finally:
+        sys.path[:] = search_path
     return library_path(directory)
 
 
