@@ -60,9 +60,12 @@ class _Staging:
 
     def to_host(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            if value.device.type == "cpu":
+            if value.device.type == "cpu" and not value.is_inference():
                 return value
-            host = value.to("cpu")
+            # Called under torch.inference_mode() (ultralytics' validator gathers its stats
+            # there), a copy would be an inference tensor that gloo may not write into.
+            with torch.inference_mode(False):
+                host = value.to("cpu", copy=True)
             self.pairs.append((value, host))
             return host
         if isinstance(value, list):
@@ -94,19 +97,33 @@ class HostStagedGloo(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND
 
-    def _staged(self, name: str, *args: Any) -> Any:
+    def _staged(self, name: str, *args: Any, average: bool = False) -> Any:
         """Run gloo's ``name`` on host copies; the first argument is the one written to."""
         staging = _Staging()
         host_args = [staging.to_host(arg) for arg in args]
-        getattr(self.gloo, name)(*host_args).wait()
+        with torch.inference_mode(False):
+            getattr(self.gloo, name)(*host_args).wait()
+            if average:
+                for result in _tensors(host_args[0]):
+                    result.div_(self.size())
         staging.copy_back(args[0])
         return _completed(args[0])
 
+    def _reducing(self, name: str, *args: Any) -> Any:
+        """A reduction; the options come last. AVG is gloo's SUM divided by the world size:
+        gloo in torch 2.4 refuses AVG ("Cannot use ReduceOp.AVG with Gloo"), and ultralytics
+        averages its validation loss with it."""
+        opts = args[-1]
+        average = opts.reduceOp == c10d.ReduceOp.AVG
+        if average:
+            opts.reduceOp = c10d.ReduceOp.SUM
+        return self._staged(name, *args, average=average)
+
     def allreduce(self, tensors: Any, opts: Any = None) -> Any:
-        return self._staged("allreduce", tensors, _or_default(opts, c10d.AllreduceOptions))
+        return self._reducing("allreduce", tensors, _or_default(opts, c10d.AllreduceOptions))
 
     def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> Any:
-        return self._staged(
+        return self._reducing(
             "allreduce_coalesced", tensors, _or_default(opts, c10d.AllreduceCoalescedOptions)
         )
 
@@ -114,7 +131,7 @@ class HostStagedGloo(dist.ProcessGroup):
         return self._staged("broadcast", tensors, _or_default(opts, c10d.BroadcastOptions))
 
     def reduce(self, tensors: Any, opts: Any = None) -> Any:
-        return self._staged("reduce", tensors, _or_default(opts, c10d.ReduceOptions))
+        return self._reducing("reduce", tensors, _or_default(opts, c10d.ReduceOptions))
 
     def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
         return self._staged("allgather", outputs, inputs, _or_default(opts, c10d.AllgatherOptions))
@@ -131,7 +148,7 @@ class HostStagedGloo(dist.ProcessGroup):
         return self._staged("scatter", outputs, inputs, _or_default(opts, c10d.ScatterOptions))
 
     def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> Any:
-        return self._staged(
+        return self._reducing(
             "reduce_scatter", outputs, inputs, _or_default(opts, c10d.ReduceScatterOptions)
         )
 
@@ -149,7 +166,8 @@ class HostStagedGloo(dist.ProcessGroup):
 
     def send(self, tensors: Any, dst: int, tag: int = 0) -> Any:
         host = _Staging().to_host(tensors)
-        self.gloo.send(host, dst, tag).wait()
+        with torch.inference_mode(False):
+            self.gloo.send(host, dst, tag).wait()
         return _completed(tensors)
 
     def recv(self, tensors: Any, src: int, tag: int = 0) -> Any:

@@ -69,8 +69,13 @@ def run(rank, world, port, out, hook):
         )
     total = torch.tensor([rank + 1.0]).cuda()
     dist.all_reduce(total)
+    mean = torch.tensor([rank + 1.0]).cuda()
+    dist.all_reduce(mean, op=dist.ReduceOp.AVG)
     shared = [{"from": rank}]
     dist.broadcast_object_list(shared, src=0)
+    with torch.inference_mode():  # as ultralytics' validator gathers its statistics
+        gathered = [None] * world
+        dist.all_gather_object(gathered, {"rank": rank})
     dist.barrier()
     with open(f"{out}.{rank}", "w") as stream:
         json.dump(
@@ -81,6 +86,8 @@ def run(rank, world, port, out, hook):
                 "input_bytes": (inputs.numel() + targets.numel()) * inputs.element_size(),
                 "copies_per_step": steps,
                 "all_reduce": total.cpu().item(),
+                "all_reduce_avg": mean.cpu().item(),
+                "all_gather_object_in_inference_mode": gathered,
                 "broadcast_object": shared[0],
                 "backend": dist.get_backend(),
             },
