@@ -8,8 +8,6 @@ would add by editing basicsr, and half=False, as the script's own comment asks o
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
 import sys
 import sysconfig
@@ -20,21 +18,21 @@ import pytest
 
 from dmlpatch import paths
 
-from support import Result, file_stamps, linked_venv, run_python, written_between
+from support import (
+    Result,
+    distribution_digests,
+    file_stamps,
+    linked_venv,
+    run_python,
+    written_between,
+)
 
 SIM = ("-m", "dmlpatch", "--device", "sim")
 DISTRIBUTIONS = ("facexlib", "basicsr", "gfpgan", "realesrgan", "torchvision", "torch")
 
 
 def _hashes() -> dict[str, str]:
-    digests = {}
-    for name in DISTRIBUTIONS:
-        distribution = importlib.metadata.distribution(name)
-        for file in distribution.files or ():
-            path = Path(distribution.locate_file(file))
-            if path.suffix != ".pyc" and path.is_file():
-                digests[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return digests
+    return distribution_digests(*DISTRIBUTIONS)
 
 
 @pytest.fixture(scope="module")

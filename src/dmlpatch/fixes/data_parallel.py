@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from dmlpatch import resolution, runtime
+from dmlpatch.fixes._arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"
 
@@ -50,7 +51,13 @@ def init(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[st
     """``nn.DataParallel(module, device_ids=None, output_device=None, dim=0)``."""
     if resolution.current().type != DEVICE_TYPE:
         return wrapped(*args, **kwargs)
-    module, device_ids, output_device, dim = _init_arguments(*args, **kwargs)
+    named = bound_arguments(wrapped, args, kwargs).arguments
+    module, device_ids, output_device, dim = (
+        named["module"],
+        named["device_ids"],
+        named["output_device"],
+        named["dim"],
+    )
     if device_ids:
         adapters = [_adapter(device) for device in device_ids]
     else:
@@ -66,12 +73,6 @@ def init(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[st
     if len(adapters) == 1:
         module.to(instance.src_device_obj)
     return None
-
-
-def _init_arguments(
-    module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0
-) -> tuple[Any, Any, Any, int]:
-    return module, device_ids, output_device, dim
 
 
 # -- scatter -------------------------------------------------------------------------------
@@ -98,7 +99,8 @@ def scatter(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict
     """``DataParallel.scatter(inputs, kwargs, device_ids)`` → per-adapter inputs and kwargs."""
     if not _on_directml(instance):
         return wrapped(*args, **kwargs)
-    inputs, module_kwargs, device_ids = _scatter_arguments(*args, **kwargs)
+    named = bound_arguments(wrapped, args, kwargs).arguments
+    inputs, module_kwargs, device_ids = named["inputs"], named["kwargs"], named["device_ids"]
     devices = [torch.device(DEVICE_TYPE, index) for index in device_ids]
     scattered_inputs = _scatter(tuple(inputs), devices, instance.dim) if inputs else []
     scattered_kwargs = _scatter(dict(module_kwargs), devices, instance.dim) if module_kwargs else []
@@ -106,10 +108,6 @@ def scatter(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict
     scattered_inputs = list(scattered_inputs) + [() for _ in range(count - len(scattered_inputs))]
     scattered_kwargs = list(scattered_kwargs) + [{} for _ in range(count - len(scattered_kwargs))]
     return tuple(scattered_inputs), tuple(scattered_kwargs)
-
-
-def _scatter_arguments(inputs: Any, kwargs: Any, device_ids: Any) -> tuple[Any, Any, Any]:
-    return inputs, kwargs, device_ids
 
 
 # -- replicate -----------------------------------------------------------------------------
@@ -121,13 +119,10 @@ def replicate(
     """``DataParallel.replicate(module, device_ids)`` → one replica per adapter."""
     if not _on_directml(instance):
         return wrapped(*args, **kwargs)
-    module, device_ids = _replicate_arguments(*args, **kwargs)
+    named = bound_arguments(wrapped, args, kwargs).arguments
+    module, device_ids = named["module"], named["device_ids"]
     detach = not torch.is_grad_enabled()
     return [_replica(module, torch.device(DEVICE_TYPE, index), detach) for index in device_ids]
-
-
-def _replicate_arguments(module: Any, device_ids: Any) -> tuple[Any, Any]:
-    return module, device_ids
 
 
 def _replica(network: torch.nn.Module, device: torch.device, detach: bool) -> torch.nn.Module:
@@ -172,7 +167,8 @@ def parallel_apply(
     """``DataParallel.parallel_apply(replicas, inputs, kwargs)`` → outputs, one per replica."""
     if not _on_directml(instance):
         return wrapped(*args, **kwargs)
-    replicas, inputs, module_kwargs = _apply_arguments(*args, **kwargs)
+    named = bound_arguments(wrapped, args, kwargs).arguments
+    replicas, inputs, module_kwargs = named["replicas"], named["inputs"], named["kwargs"]
     if len(replicas) == 1:
         return [replicas[0](*inputs[0], **module_kwargs[0])]
     grad_enabled = torch.is_grad_enabled()
@@ -196,10 +192,6 @@ def parallel_apply(
         if failure is not None:
             raise failure
     return results
-
-
-def _apply_arguments(replicas: Any, inputs: Any, kwargs: Any) -> tuple[Any, Any, Any]:
-    return replicas, inputs, kwargs
 
 
 # -- gather --------------------------------------------------------------------------------
@@ -226,9 +218,6 @@ def gather(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[
     """``DataParallel.gather(outputs, output_device)`` → outputs joined on ``output_device``."""
     if not _on_directml(instance):
         return wrapped(*args, **kwargs)
-    outputs, output_device = _gather_arguments(*args, **kwargs)
+    named = bound_arguments(wrapped, args, kwargs).arguments
+    outputs, output_device = named["outputs"], named["output_device"]
     return _gather(list(outputs), torch.device(DEVICE_TYPE, output_device), instance.dim)
-
-
-def _gather_arguments(outputs: Any, output_device: Any) -> tuple[Any, Any]:
-    return outputs, output_device

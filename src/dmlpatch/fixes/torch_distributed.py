@@ -16,11 +16,11 @@ Every fix leaves processes whose target is not DirectML, and models on other dev
 
 from __future__ import annotations
 
-import inspect
 import os
 from typing import Any, Callable, Optional
 
 from dmlpatch import log, resolution
+from dmlpatch.fixes._arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"
 _SLOT = "_dmlpatch_comm_hook"
@@ -30,14 +30,6 @@ Wrapper = Callable[..., Any]
 
 def _targets_directml() -> bool:
     return resolution.current().type == DEVICE_TYPE
-
-
-def _bind(
-    wrapped: Wrapper, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> inspect.BoundArguments:
-    bound = inspect.signature(wrapped).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound
 
 
 def _directml_backend(requested: Any, rank: Any = None) -> Any:
@@ -73,7 +65,7 @@ def init_process_group(
     """``dist.init_process_group(backend=...)``: a backend that can carry DirectML tensors."""
     if not _targets_directml():
         return wrapped(*args, **kwargs)
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     bound.arguments["backend"] = _directml_backend(
         bound.arguments.get("backend"), bound.arguments.get("rank")
     )
@@ -86,7 +78,7 @@ def new_group(
     """``dist.new_group(backend=...)``: as for ``init_process_group`` (none: the default's)."""
     if not _targets_directml():
         return wrapped(*args, **kwargs)
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     if bound.arguments.get("backend") is not None:
         bound.arguments["backend"] = _directml_backend(bound.arguments["backend"], _group_rank())
     return wrapped(*bound.args, **bound.kwargs)
@@ -129,7 +121,7 @@ def ddp_init(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     """``DistributedDataParallel(model, device_ids=[rank], ...)`` for a model on DirectML."""
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     device = _single_directml_device(bound.arguments["module"])
     if device is None:
         return wrapped(*args, **kwargs)
@@ -167,7 +159,7 @@ def register_comm_hook(
     slot = getattr(instance, _SLOT, None)
     if slot is None or slot.program_hook is not None:
         return wrapped(*args, **kwargs)
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     hook = bound.arguments["hook"]
     instance._check_comm_hook(hook)
     slot.program_hook = (bound.arguments["state"], hook)
@@ -184,7 +176,7 @@ def register_builtin_comm_hook(
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    kind = _bind(wrapped, args, kwargs).arguments["comm_hook_type"]
+    kind = bound_arguments(wrapped, args, kwargs).arguments["comm_hook_type"]
     if kind == dist.BuiltinCommHookType.FP16_COMPRESS:
         slot.program_hook = (instance.process_group, default_hooks.fp16_compress_hook)
     # ALLREDUCE is what dmlpatch's hook does already.
@@ -203,7 +195,7 @@ def torchrun_workers(
     ``config_from_args``: under ``python -m torch.distributed.run`` the latter runs in a
     ``__main__`` copy of the module.)
     """
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     entrypoint, worker_args = bound.arguments["entrypoint"], list(bound.arguments["args"])
     if (
         isinstance(entrypoint, str)

@@ -21,7 +21,6 @@ The other fixes act only on ``privateuseone`` devices and leave every other devi
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import sys
@@ -32,6 +31,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from dmlpatch import resolution, runtime
+from dmlpatch.fixes._arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"
 
@@ -42,14 +42,6 @@ _lock = threading.Lock()
 _current_index = 0  # the adapter select_device chose last (ultralytics' "current device")
 
 Wrapper = Callable[..., Any]
-
-
-def _bind(
-    wrapped: Wrapper, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> inspect.BoundArguments:
-    bound = inspect.signature(wrapped).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound
 
 
 def _is_directml(device: Any) -> bool:
@@ -65,7 +57,7 @@ def select_device(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``select_device``: DirectML requests return ``privateuseone:N`` and log the adapter."""
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     request = bound.arguments["device"]
     chosen = _directml_device(request)
     if chosen is None:
@@ -277,7 +269,7 @@ def device_backend(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``get_torch_device_backend``: a :class:`DirectMLBackend` for ``privateuseone``."""
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     device = bound.arguments["device"]
     kind = getattr(device, "type", str(device).split(":")[0])
     if kind == "cuda" and resolution.current().type == DEVICE_TYPE:
@@ -292,7 +284,7 @@ def autobackend_device(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``AutoBackend(device=torch.device('cuda', N))``: the target's adapter for ordinal N."""
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     device = bound.arguments.get("device")
     if (
         isinstance(device, torch.device)
@@ -316,7 +308,7 @@ def time_sync(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``time_sync``: also waits for DirectML, which ultralytics never synchronises."""
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     device = bound.arguments.get("device")
     if _is_directml(device) or (device is None and resolution.current().type == DEVICE_TYPE):
         synchronize()
@@ -370,7 +362,7 @@ def setup_ddp(
 
 def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``check_amp``: False on DirectML, with one warning, before any download or AMP run."""
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     model = bound.arguments["model"]
     parameter = next(iter(model.parameters()), None)
     if parameter is None or parameter.device.type != DEVICE_TYPE:
@@ -388,7 +380,7 @@ def autobatch_default(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``autobatch`` (``batch=-1``): the default batch size on DirectML, as on the CPU."""
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     parameter = next(iter(bound.arguments["model"].parameters()), None)
     if parameter is None or parameter.device.type != DEVICE_TYPE:
         return wrapped(*args, **kwargs)
@@ -410,7 +402,7 @@ def no_pinned_memory(
     Pinned memory is a CUDA (or accelerator-hooks) allocation; DirectML copies from pageable
     memory, and asking for pinning only warns or goes through a backend that cannot pin.
     """
-    bound = _bind(wrapped, args, kwargs)
+    bound = bound_arguments(wrapped, args, kwargs)
     if _is_directml(bound.arguments.get("device")) and bound.arguments.get("pin_memory"):
         bound.arguments["pin_memory"] = False
         return wrapped(*bound.args, **bound.kwargs)
@@ -433,7 +425,7 @@ def nms_on_device(
     boxes sorted by score (stable), a box suppressed when its IoU with a kept, higher-scoring
     box is greater than the threshold, indices returned in decreasing score order.
     """
-    boxes, scores, iou_threshold = _bind(wrapped, args, kwargs).arguments.values()
+    boxes, scores, iou_threshold = bound_arguments(wrapped, args, kwargs).arguments.values()
     if boxes.device.type != DEVICE_TYPE:
         return wrapped(*args, **kwargs)
     return greedy_nms(boxes, scores, float(iou_threshold))
