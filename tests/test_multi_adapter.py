@@ -20,6 +20,7 @@ from support import REPO, clean_env, run_python
 MULTI = Path(__file__).parent / "multi"
 DP_PROGRAM = str(MULTI / "dp_program.py")
 DDP_PROGRAM = str(MULTI / "ddp_program.py")
+GLOO_THREADS_PROGRAM = str(MULTI / "gloo_threads_program.py")
 EXAMPLE = str(REPO / "examples" / "train_cnn.py")
 TWO_ADAPTERS = clean_env(DMLPATCH_SIM_DEVICES="2")
 
@@ -194,6 +195,22 @@ def test_ddp_find_unused_parameters_runs_without_it_and_says_so(tmp_path: Path) 
         "DirectML does not have: running with False (a parameter left without a gradient then "
         "stops DDP at the next step, naming it)"
     ]
+
+
+def test_gloo_never_frees_what_python_handed_it(tmp_path: Path) -> None:
+    """gloo's C++ worker must not free a Python object: it would take the GIL, and a rank that
+    exits right after its last step then aborts ("terminate called without an active
+    exception"). Every host tensor handed to gloo is freed on a Python thread, none is left."""
+    out = tmp_path / "rank"
+    result = _dmlpatch("sim:0,1", GLOO_THREADS_PROGRAM, str(_free_port()), str(out))
+    assert result.code == 0, result.err
+    for rank in range(2):
+        seen = json.loads(Path(f"{out}.{rank}").read_text())
+        # 10 buckets, then all_reduce x2, broadcast, all_gather_object (2 all_gathers of
+        # 2 tensors each) and the buffers DDP broadcasts when it starts.
+        assert seen["handed"] >= 10 + 3 + 4
+        assert seen["freed"] == {"python": seen["handed"]}
+        assert seen["alive"] == 0
 
 
 def test_torchrun_workers_run_the_script_rewritten(tmp_path: Path) -> None:

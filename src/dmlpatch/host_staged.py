@@ -10,6 +10,10 @@ implements a collective algorithm; it is only the staging around gloo's own.
 Gradient buckets do not take this generic path: :func:`allreduce_hook` is a DDP communication
 hook that stages each bucket once in each direction and averages on the host
 (``dmlpatch.fixes.torch_distributed`` registers it for DDP models on DirectML devices).
+
+gloo itself is reached through :class:`~dmlpatch.gloo_handoff.GlooHandoff`, which keeps gloo's
+worker thread from ever freeing a Python object (that aborts a rank that exits right after its
+last step).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 from torch._C._distributed_c10d import _create_work_from_future
+
+from dmlpatch.gloo_handoff import GlooHandoff
 
 #: The name ``init_process_group`` gets for a process group of this kind.
 BACKEND = "dmlgloo"
@@ -92,18 +98,28 @@ class HostStagedGloo(dist.ProcessGroup):
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)
-        self.gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self.gloo = GlooHandoff(store, rank, size, timeout)
 
     def getBackendName(self) -> str:
         return BACKEND
+
+    def shutdown(self) -> None:
+        """``destroy_process_group`` (torch >= 2.5 calls it): wind gloo down now."""
+        self.gloo.close()
+
+    def _run(self, name: str, *args: Any, keep: tuple[Any, ...] = ()) -> None:
+        with torch.inference_mode(False):
+            work = self.gloo.start(name, *args, keep=keep)
+            work.wait()
+        self.gloo.settle(work)
 
     def _staged(self, name: str, *args: Any, average: bool = False) -> Any:
         """Run gloo's ``name`` on host copies; the first argument is the one written to."""
         staging = _Staging()
         host_args = [staging.to_host(arg) for arg in args]
-        with torch.inference_mode(False):
-            getattr(self.gloo, name)(*host_args).wait()
-            if average:
+        self._run(name, *host_args, keep=(staging.pairs,))
+        if average:
+            with torch.inference_mode(False):
                 for result in _tensors(host_args[0]):
                     result.div_(self.size())
         staging.copy_back(args[0])
@@ -165,16 +181,15 @@ class HostStagedGloo(dist.ProcessGroup):
         )
 
     def send(self, tensors: Any, dst: int, tag: int = 0) -> Any:
-        host = _Staging().to_host(tensors)
-        with torch.inference_mode(False):
-            self.gloo.send(host, dst, tag).wait()
+        staging = _Staging()
+        self._run("send", staging.to_host(tensors), dst, tag, keep=(staging.pairs,))
         return _completed(tensors)
 
     def recv(self, tensors: Any, src: int, tag: int = 0) -> Any:
         return self._staged("recv", tensors, src, tag)
 
     def barrier(self, opts: Any = None) -> Any:
-        self.gloo.barrier(_or_default(opts, c10d.BarrierOptions)).wait()
+        self._run("barrier", _or_default(opts, c10d.BarrierOptions))
         return _completed([])
 
 
@@ -189,15 +204,12 @@ def allreduce_hook(group, bucket):  # type: ignore[no-untyped-def]
     ``Future[Tensor]`` objects, and postponed annotations are strings.
 
     One device-to-host copy of the flat bucket, gloo's allreduce on it, and one host-to-device
-    copy into the bucket when gloo completes; the division by the world size is done on the
-    host, as DDP's default hook does it before reducing.
+    copy into the bucket when gloo completes (made by the handoff's Python thread, while the
+    backward pass goes on); the division by the world size is done on the host, as DDP's
+    default hook does it before reducing.
     """
     buffer = bucket.buffer()
     host = buffer.to("cpu")
     host.div_(group.size())
-    future = group.gloo.allreduce([host]).get_future()
-
-    def into_bucket(done: torch.futures.Future[Any]) -> torch.Tensor:
-        return buffer.copy_(done.value()[0])
-
-    return future.then(into_bucket)
+    work = group.gloo.start("allreduce", [host], keep=(buffer,))
+    return group.gloo.then_copy(work, host, buffer)
