@@ -119,6 +119,14 @@ CASES = [
     Case("unknown-command", ("frobnicate",), 2, r"'frobnicate' is neither a dmlpatch command"),
     Case("unknown-option", ("--bogus", OK), 2, r"unknown option '--bogus'; see dmlpatch --help"),
     Case("module-missing", ("-m", "no_such_module"), 2, r"^dmlpatch: error: No module named no_"),
+    Case(
+        "module-under-a-module",
+        ("-m", "json.decoder.nosuch"),
+        2,
+        r"^dmlpatch: error: Error while finding module specification for 'json\.decoder\.nosuch' "
+        r"\(__path__ attribute not found on 'json\.decoder' while trying to find "
+        r"'json\.decoder\.nosuch'\)$",
+    ),
     Case("module-no-name", ("-m",), 2, r"-m needs a module name"),
     Case("module-relative", ("-m", ".relative"), 2, r"Relative module names not supported"),
     Case("run-unknown", ("run", "no-such-command"), 2, r"no console script named 'no-such-comm"),

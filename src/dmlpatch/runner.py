@@ -31,12 +31,28 @@ def check_path(path: str) -> None:
 
 
 def check_module(name: str) -> None:
-    """Fail early for a missing top-level package (finding it imports nothing)."""
-    top = name.partition(".")[0]
-    if not top:
+    """Fail early for a missing top-level package, or a dotted name under a plain module.
+
+    Only what can be told without importing: the full lookup (which imports the parents) runs
+    when the program starts. A package whose ``__init__`` changes its ``__path__`` could hold
+    what the files do not, so a submodule not found on disk is left to that lookup.
+    """
+    parts = name.split(".")
+    if not parts[0]:
         raise UsageError("Relative module names not supported")
-    if importlib.util.find_spec(top) is None:
-        raise UsageError(f"No module named {top}")
+    spec = importlib.util.find_spec(parts[0])
+    if spec is None:
+        raise UsageError(f"No module named {parts[0]}")
+    for depth in range(1, len(parts)):
+        parent, child = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
+        if spec.submodule_search_locations is None:
+            raise UsageError(
+                f"Error while finding module specification for {name!r} (__path__ attribute "
+                f"not found on {parent!r} while trying to find {child!r})"
+            )
+        spec = importlib.machinery.PathFinder.find_spec(child, spec.submodule_search_locations)
+        if spec is None:
+            return
 
 
 def run_path(path: str, args: list[str], rewrite: bool = True) -> None:
