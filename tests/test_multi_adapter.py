@@ -8,7 +8,9 @@ on the whole batch.
 from __future__ import annotations
 
 import json
+import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +23,7 @@ MULTI = Path(__file__).parent / "multi"
 DP_PROGRAM = str(MULTI / "dp_program.py")
 DDP_PROGRAM = str(MULTI / "ddp_program.py")
 GLOO_THREADS_PROGRAM = str(MULTI / "gloo_threads_program.py")
+PEER_DIES_PROGRAM = str(MULTI / "peer_dies_program.py")
 EXAMPLE = str(REPO / "examples" / "train_cnn.py")
 TWO_ADAPTERS = clean_env(DMLPATCH_SIM_DEVICES="2")
 
@@ -211,6 +214,34 @@ def test_gloo_never_frees_what_python_handed_it(tmp_path: Path) -> None:
         assert seen["handed"] >= 10 + 3 + 4
         assert seen["freed"] == {"python": seen["handed"]}
         assert seen["alive"] == 0
+
+
+def test_a_rank_whose_peer_dies_stops_with_gloos_error(tmp_path: Path) -> None:
+    """The bucket allreduce fails on gloo's worker; DDP's backward raises gloo's message (as
+    DDP's own hook would), and the rank exits 1 at once instead of waiting for gloo's timeout
+    (30 minutes) or hanging at exit."""
+    port = str(_free_port())
+    command = [sys.executable, "-m", "dmlpatch", "--device", "sim:0,1", PEER_DIES_PROGRAM]
+    ranks = [
+        subprocess.Popen(
+            [*command, str(rank), port],
+            env=TWO_ADAPTERS,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    (out0, err0), (_, err1) = (rank.communicate(timeout=180) for rank in ranks)
+    assert ranks[1].returncode == 3, err1
+    assert ranks[0].returncode == 1, err0
+    assert out0 == "step 0\nstep 1\nstep 2\n"
+    last = [line for line in err0.splitlines() if "RuntimeError" in line][-1]
+    gloo_says = r"gloo/transport/tcp/pair\.cc:\d+\] (Connection closed by peer|Read error)"
+    assert re.search(gloo_says, last), err0
+    assert "Unable to cast" not in err0  # gloo's error itself, not an exception as a value
+    assert "terminate called" not in err0
 
 
 def test_torchrun_workers_run_the_script_rewritten(tmp_path: Path) -> None:

@@ -70,6 +70,7 @@ class GlooHandoff:
         self._handed: deque[tuple[Any, tuple[Any, ...]]] = deque()
         self._lock = threading.Lock()
         self._finisher: Optional[_Finisher] = None
+        self._closed = False
         _track(self)
 
     def start(self, name: str, *args: Any, keep: tuple[Any, ...] = ()) -> Any:
@@ -95,12 +96,16 @@ class GlooHandoff:
     def then_copy(self, work: Any, host: torch.Tensor, device_tensor: torch.Tensor) -> Any:
         """A future completed with ``device_tensor`` once ``work`` is done and ``host`` is
         copied into it (on this module's Python thread, not gloo's)."""
-        result: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        carrier: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         with self._lock:
             if self._finisher is None:
                 self._finisher = _Finisher(weakref.ref(self))
             finisher = self._finisher
-        finisher.submit((work, host, device_tensor, result))
+        # The finisher completes ``carrier``, so this callback runs on that Python thread.
+        # It turns a failure set there into the future's own error, which DDP raises as is
+        # (a plain exception *value* would reach DDP as "Unable to cast ... to Tensor").
+        result = carrier.then(_value)
+        finisher.submit((work, host, device_tensor, carrier))
         return result
 
     def close(self) -> None:
@@ -109,6 +114,8 @@ class GlooHandoff:
         A collective still in flight (a peer that died mid-step) would keep gloo's worker busy
         until gloo's timeout, and joining it would hang the exit: then nothing is let go.
         """
+        if self._closed:
+            return
         with self._lock:
             finisher, self._finisher = self._finisher, None
         if finisher is not None and not finisher.stop(timeout=_STOP_TIMEOUT_S):
@@ -124,11 +131,18 @@ class GlooHandoff:
             handed = list(self._handed)
             self._handed.clear()
         del handed
+        self._closed = True
         with _open_lock:
             _open.discard(self)
 
     def __del__(self) -> None:
-        self.close()
+        if self._closed:
+            return
+        # Not contextlib.suppress: at interpreter teardown this module's globals may be gone.
+        try:  # noqa: SIM105
+            self.close()
+        except Exception:
+            pass
 
 
 class _Finisher:
@@ -154,6 +168,10 @@ class _Finisher:
             self._thread.join(timeout)
             return not self._thread.is_alive()
         return True
+
+
+def _value(done: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+    return done.value()
 
 
 def _finish(items: queue.SimpleQueue[Optional[tuple[Any, ...]]], handoff: Any) -> None:
