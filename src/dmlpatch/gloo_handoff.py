@@ -24,6 +24,7 @@ Python object:
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
 import weakref
@@ -58,13 +59,24 @@ def _track(handoff: GlooHandoff) -> None:
             _atexit_registered = True
 
 
+def _devices() -> list[Any]:
+    """The network devices torch's own gloo constructor would use: those named in
+    ``$GLOO_SOCKET_IFNAME`` (machines with several interfaces set it), else the default."""
+    names = os.environ.get("GLOO_SOCKET_IFNAME", "")
+    if len(names) > 1:
+        return [dist.ProcessGroupGloo.create_device(interface=name) for name in names.split(",")]
+    return [dist.ProcessGroupGloo.create_default_device()]
+
+
 class GlooHandoff:
     """A ``ProcessGroupGloo`` with one worker thread, and what Python handed to it."""
+
+    _closed = True  # until __init__ completes: an instance whose gloo failed has nothing to close
 
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta) -> None:
         options = dist.ProcessGroupGloo._Options()
         options._timeout = timeout
-        options._devices = [dist.ProcessGroupGloo.create_default_device()]
+        options._devices = _devices()
         options._threads = 1
         self._gloo: Optional[Any] = dist.ProcessGroupGloo(store, rank, size, options)
         self._handed: deque[tuple[Any, tuple[Any, ...]]] = deque()
