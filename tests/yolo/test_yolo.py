@@ -317,19 +317,22 @@ def test_adapter_out_of_range_gives_the_valid_range(ws: Workspace) -> None:
     )
 
 
-def test_ddp_over_two_adapters_trains_an_epoch(ws: Workspace) -> None:
+@pytest.mark.parametrize("old", [False, True], ids=["8.4", "8.1"])
+def test_ddp_over_two_adapters_trains_an_epoch(ws: Workspace, old: bool) -> None:
     """device=dml:0,1: ultralytics launches two DDP ranks, one per simulated adapter."""
-    reports = ws.root / "ddp-report-{rank}.json"
-    argv = ws.yolo_args("train", "ddp", device="dml:0,1", plots="False")
+    name = "ddp-8.1" if old else "ddp"
+    reports = ws.root / f"{name}-report-{{rank}}.json"
+    argv = ws.yolo_args("train", name, device="dml:0,1", plots="False")
     result = run_python(
         ["-m", "dmlpatch", "run", "--device=sim:0,1", f"--report={reports}", "yolo", *argv],
-        env=ws.env(DMLPATCH_SIM_DEVICES="2"),
+        env=ws.env(old=old, DMLPATCH_SIM_DEVICES="2"),
     )
     _assert_ok(result)
     output = result.out + result.err
+    assert ("Ultralytics YOLOv8.1.47" in output) == old
     assert "DDP:" in output and "torch.distributed.run --nproc_per_node 2" in output
     assert "Traceback" not in output
-    losses = _train_losses(ws.runs / "ddp" / "results.csv")
+    losses = _train_losses(ws.runs / name / "results.csv")
     assert all(math.isfinite(loss) and loss > 0 for loss in losses)
     for rank in ("0", "1"):
         data = json.loads(Path(str(reports).replace("{rank}", rank)).read_text())
