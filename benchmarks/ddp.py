@@ -125,7 +125,10 @@ def _job(
     else:
         env["DMLPATCH_DISABLE"] = "1"
         command = [sys.executable, *worker]
-    subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise SystemExit(f"ddp.py: job {label!r} exited {done.returncode}; stderr ends:\n{tail}")
     ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(world)]
     times = [t for rank in ranks for t in rank["times"]]
     staged = [s for rank in ranks for s in rank["staged"]]
