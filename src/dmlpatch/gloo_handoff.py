@@ -13,7 +13,7 @@ Python object:
 
 - the process group gets one worker thread, so collectives run in the order they were queued
   and work *k+1* completing proves that the worker has released work *k*;
-- everything handed to gloo (the work, its tensors, what the caller asks to keep) stays
+- everything handed to gloo (the work and its arguments, tensors included) stays
   referenced here until a later work has completed (:meth:`GlooHandoff.settle`);
 - nothing Python is chained to gloo's futures: what has to happen after a gradient bucket's
   allreduce runs on a Python thread of this module (:meth:`GlooHandoff.then_copy`);
@@ -37,26 +37,18 @@ import torch.distributed as dist
 
 _open: weakref.WeakSet[GlooHandoff] = weakref.WeakSet()
 _open_lock = threading.Lock()
-_atexit_registered = False
 _STOP_TIMEOUT_S = 10.0
 
 
+@atexit.register
 def _close_all_at_exit() -> None:
     # atexit handlers run before the interpreter starts finalizing: threads may still take
-    # the GIL here, so this is the last moment to wind gloo down safely.
+    # the GIL here, so this is the last moment to wind gloo down safely. (This module is
+    # imported only by a process that makes a DirectML process group.)
     with _open_lock:
         handoffs = list(_open)
     for handoff in handoffs:
         handoff.close()
-
-
-def _track(handoff: GlooHandoff) -> None:
-    global _atexit_registered
-    with _open_lock:
-        _open.add(handoff)
-        if not _atexit_registered:
-            atexit.register(_close_all_at_exit)
-            _atexit_registered = True
 
 
 def _devices() -> list[Any]:
@@ -79,20 +71,21 @@ class GlooHandoff:
         options._devices = _devices()
         options._threads = 1
         self._gloo: Optional[Any] = dist.ProcessGroupGloo(store, rank, size, options)
-        self._handed: deque[tuple[Any, tuple[Any, ...]]] = deque()
+        self._handed: deque[tuple[Any, tuple[Any, ...]]] = deque()  # (work, its arguments)
         self._lock = threading.Lock()
         self._finisher: Optional[_Finisher] = None
         self._closed = False
-        _track(self)
+        with _open_lock:
+            _open.add(self)
 
-    def start(self, name: str, *args: Any, keep: tuple[Any, ...] = ()) -> Any:
+    def start(self, name: str, *args: Any) -> Any:
         """gloo's collective ``name`` on ``args``; its work (:meth:`settle` it once waited on)."""
         with self._lock:
             if self._gloo is None:
                 raise RuntimeError("dmlpatch: this process group has been shut down")
             work = getattr(self._gloo, name)(*args)
             # Queued and recorded under one lock: the record's order is gloo's queue order.
-            self._handed.append((work, (args, keep)))
+            self._handed.append((work, args))
         return work
 
     def settle(self, work: Any) -> None:

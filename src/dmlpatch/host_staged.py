@@ -107,9 +107,9 @@ class HostStagedGloo(dist.ProcessGroup):
         """``destroy_process_group`` (torch >= 2.5 calls it): wind gloo down now."""
         self.gloo.close()
 
-    def _run(self, name: str, *args: Any, keep: tuple[Any, ...] = ()) -> None:
+    def _run(self, name: str, *args: Any) -> None:
         with torch.inference_mode(False):
-            work = self.gloo.start(name, *args, keep=keep)
+            work = self.gloo.start(name, *args)
             work.wait()
         self.gloo.settle(work)
 
@@ -117,7 +117,7 @@ class HostStagedGloo(dist.ProcessGroup):
         """Run gloo's ``name`` on host copies; the first argument is the one written to."""
         staging = _Staging()
         host_args = [staging.to_host(arg) for arg in args]
-        self._run(name, *host_args, keep=(staging.pairs,))
+        self._run(name, *host_args)
         if average:
             with torch.inference_mode(False):
                 for result in _tensors(host_args[0]):
@@ -181,8 +181,7 @@ class HostStagedGloo(dist.ProcessGroup):
         )
 
     def send(self, tensors: Any, dst: int, tag: int = 0) -> Any:
-        staging = _Staging()
-        self._run("send", staging.to_host(tensors), dst, tag, keep=(staging.pairs,))
+        self._run("send", _Staging().to_host(tensors), dst, tag)
         return _completed(tensors)
 
     def recv(self, tensors: Any, src: int, tag: int = 0) -> Any:
@@ -211,5 +210,5 @@ def allreduce_hook(group, bucket):  # type: ignore[no-untyped-def]
     buffer = bucket.buffer()
     host = buffer.to("cpu")
     host.div_(group.size())
-    work = group.gloo.start("allreduce", [host], keep=(buffer,))
+    work = group.gloo.start("allreduce", [host])
     return group.gloo.then_copy(work, host, buffer)

@@ -43,9 +43,9 @@ def _watch(value: object) -> None:
 _start = gloo_handoff.GlooHandoff.start
 
 
-def _watching_start(self, name, *args, keep=()):
+def _watching_start(self, name, *args):
     _watch(args)
-    return _start(self, name, *args, keep=keep)
+    return _start(self, name, *args)
 
 
 gloo_handoff.GlooHandoff.start = _watching_start
