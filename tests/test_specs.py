@@ -125,7 +125,10 @@ def test_invalid_toml(tmp_path: Path) -> None:
 
 def test_spec_without_entries_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, '[package]\nname = "x"\n')
-    with pytest.raises(SpecError, match=r"at least one \[\[rewrite\]\], \[\[wrap\]\] or "):
+    with pytest.raises(
+        SpecError,
+        match=r"at least one \[\[rewrite\]\], \[\[wrap\]\], \[\[alias\]\] or \[\[leave\]\] entry",
+    ):
         specs.load_file(path)
 
 

@@ -1,10 +1,13 @@
-"""``import dmlpatch.auto`` at the top of a script activates dmlpatch for that process.
+"""``import dmlpatch.auto`` as the first line of a script activates dmlpatch for that process.
 
-The device comes from ``$DMLPATCH_DEVICE`` (default ``auto``). Libraries imported after this
-line are patched; the script itself is not rewritten (it is already running) — use
-``python -m dmlpatch script.py`` for that.
+The device comes from ``$DMLPATCH_DEVICE`` (default ``auto``), the scope from
+``$DMLPATCH_SCOPE``, and ``$DMLPATCH_REPORT`` names a report to write at exit. Modules imported
+afterwards are rewritten; the script itself is run again from the top, rewritten, when it has
+CUDA sites and nothing before this import did anything (see ``dmlpatch.main_script``).
 """
 
-from dmlpatch import engine
+from dmlpatch import bootstrap, main_script
 
-engine.activate()
+bootstrap.startup(main=False)
+if bootstrap.started():
+    main_script.take_over_from_auto()

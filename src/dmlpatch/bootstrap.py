@@ -11,17 +11,22 @@ import atexit
 import os
 from typing import Optional
 
-from dmlpatch import engine, log, spawn_main
+from dmlpatch import engine, log, main_script, spawn_main
 from dmlpatch.errors import DmlpatchError
 
 REPORT_VAR = "DMLPATCH_REPORT"
 
 _started = False
+_active = False
 
 
-def startup(device: Optional[str] = None) -> None:
-    """Activate patches for this process; ``$DMLPATCH_DEVICE`` wins over ``device``."""
-    global _started
+def startup(device: Optional[str] = None, main: bool = True) -> None:
+    """Activate patches for this process; ``$DMLPATCH_DEVICE`` wins over ``device``.
+
+    ``main``: also rewrite the main script when the interpreter is about to run one (the
+    ``.pth`` and children's start-up; ``import dmlpatch.auto`` comes too late for that).
+    """
+    global _started, _active
     if _started or engine.disabled():
         return
     _started = True
@@ -30,10 +35,18 @@ def startup(device: Optional[str] = None) -> None:
     except DmlpatchError as error:
         log.say(f"warning: patches not active in this process: {error}")
         return
+    _active = True
     spawn_main.install()
     destination = os.environ.get(REPORT_VAR)
     if destination:
         atexit.register(_write_report_if_used, destination)
+    if main:
+        main_script.arm_for_activation()
+
+
+def started() -> bool:
+    """Whether :func:`startup` activated patches in this process."""
+    return _active
 
 
 def _write_report_if_used(destination: str) -> None:

@@ -36,6 +36,7 @@ options:
   --profile NAME    the simulated device's DirectML release (default torch-directml-0.2.5)
   --json FILE       also write the table and verdict as JSON (for CI)
   --verify          run every device operator on the CPU too; report the first that differs
+  --scope SCOPE     where CUDA sites are rewritten: all (default), project, specs
   -v, --verbose     say what is patched
 """
 
@@ -89,9 +90,12 @@ def _parse(arguments: list[str]) -> _Options:
         elif argument == "--verify":
             verify = True
             index += 1
-        elif argument in ("-v", "--verbose"):
+        elif argument in ("-v", "--verbose") or argument.startswith("--scope="):
             passed.append(argument)
             index += 1
+        elif argument == "--scope":
+            passed.extend(arguments[index : index + 2])
+            index += 2
         else:
             break
     if device not in ("sim", "dml") and not re.match(r"^(sim|dml):\d+$", device):

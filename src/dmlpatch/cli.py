@@ -1,6 +1,6 @@
 """The ``dmlpatch`` command and ``python -m dmlpatch``.
 
-python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args...]
+python -m dmlpatch [--device SPEC] [--scope SCOPE] [--report[=FILE]] [-v] script.py [args...]
 python -m dmlpatch [options] -m module [args...]
 dmlpatch run [options] COMMAND [args...]
 dmlpatch activate [--device SPEC] | deactivate | status
@@ -22,8 +22,10 @@ usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args
        python -m dmlpatch [options] -m module [args...]
        dmlpatch run [options] COMMAND [args...]      run a console script such as yolo
        dmlpatch check [options] script.py [args...]  would it run on DirectML? (check --help)
-       dmlpatch activate [--device SPEC]             patch every Python process of this env
+       dmlpatch activate [--device SPEC] [--pin]     patch every Python process of this env
        dmlpatch deactivate                           undo activate
+       dmlpatch pin                                  keep torch-directml's torch in pip installs
+       dmlpatch unpin                                undo pin
        dmlpatch status                               show activation and device
        dmlpatch doctor [--json]                      diagnose this environment
        dmlpatch list [--json]                        the patch catalogue vs installed libraries
@@ -32,12 +34,19 @@ usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args
 options:
   --device SPEC     auto (default), dml, dml:N, dml:NAME, privateuseone:N, sim, cpu, cuda, ...
                     also read from $DMLPATCH_DEVICE
+  --scope SCOPE     where CUDA sites are rewritten: all (default: every module but the standard
+                    library and torch's own), project (the program's own modules: outside
+                    site-packages), specs (the main script and the modules specs name);
+                    also read from $DMLPATCH_SCOPE
   --report[=FILE]   at exit, print (or write) a JSON summary; also $DMLPATCH_REPORT=FILE
   -v, --verbose     say what is patched; DMLPATCH_DEBUG=1 also shows dmlpatch tracebacks
   --version         print dmlpatch's version
 """
 
-COMMANDS = ("run", "check", "activate", "deactivate", "status", "doctor", "list", "scan")
+COMMANDS = (
+    *("run", "check", "activate", "deactivate", "status", "doctor", "list", "scan"),
+    *("pin", "unpin"),
+)
 CHILD_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child")
 
 
@@ -46,6 +55,7 @@ class Options:
 
     def __init__(self) -> None:
         self.device: Optional[str] = None
+        self.scope: Optional[str] = None
         self.report: Optional[str] = None
         self.verbose = False
         self.module: Optional[str] = None
@@ -68,6 +78,14 @@ def parse_options(argv: list[str], allow_module: bool = True) -> Options:
             index += 2
         elif argument.startswith("--device="):
             options.device = argument.split("=", 1)[1]
+            index += 1
+        elif argument == "--scope":
+            if index + 1 >= len(argv):
+                raise UsageError("--scope needs a value: all, project or specs")
+            options.scope = _scope(argv[index + 1])
+            index += 2
+        elif argument.startswith("--scope="):
+            options.scope = _scope(argument.split("=", 1)[1])
             index += 1
         elif argument == "--report":
             options.report = "-"
@@ -100,6 +118,12 @@ def parse_options(argv: list[str], allow_module: bool = True) -> Options:
     return options
 
 
+def _scope(text: str) -> str:
+    from dmlpatch import discovery
+
+    return discovery.parse_scope(text)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -123,6 +147,16 @@ def _dispatch(arguments: list[str]) -> int:
         sys.stdout.write(f"dmlpatch {__version__}\n")
         return 0
     command = arguments[0]
+    if command in COMMANDS and command != "check":
+        from dmlpatch import usage
+
+        if usage.wants_help(arguments[1:]):
+            sys.stdout.write(usage.HELP[command])
+            return 0
+    if command in ("pin", "unpin"):
+        from dmlpatch import pinning
+
+        return pinning.main(command, arguments[1:])
     if command == "activate":
         return _activate(arguments[1:])
     if command == "deactivate":
@@ -173,13 +207,15 @@ def _prepare(options: Options) -> bool:
         log.say("DMLPATCH_DISABLE=1: running the program without patches")
         return False
     spec = options.device or resolution.configured_spec()
+    scope_text = options.scope or os.environ.get("DMLPATCH_SCOPE")
+    scope = _scope(scope_text) if scope_text else None  # a bad one is exit 2, before anything
     resolution.configure(spec)
     chosen = resolution.current()
     if not chosen.patches_needed:
         log.say(f"{chosen.why}; dmlpatch leaves it alone")
         return False
     _propagate_to_children(spec)
-    engine.activate(spec)  # a malformed patch spec stops here, before anything is said
+    engine.activate(spec, scope)  # a malformed patch spec stops here, before anything is said
     where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
     if "LOCAL_RANK" not in os.environ:  # torchrun workers: the launcher said it for the job
         log.say(f"running on {where}: {chosen.why}")
@@ -245,12 +281,22 @@ def _run_program(options: Options, console_script: bool) -> int:
 def _activate(arguments: list[str]) -> int:
     from dmlpatch import activation
 
-    options = parse_options(arguments, allow_module=False)
+    pin = "--pin" in arguments
+    options = parse_options([a for a in arguments if a != "--pin"], allow_module=False)
     if options.rest:
-        raise UsageError(f"activate takes only --device; unexpected {options.rest[0]!r}")
+        raise UsageError(f"activate takes only --device and --pin; unexpected {options.rest[0]!r}")
+    if options.scope is not None:
+        raise UsageError(
+            "activate takes only --device; for a narrower scope set DMLPATCH_SCOPE in the "
+            "environment the programs run in"
+        )
     path, changed = activation.activate(options.device or "auto")
     state = "activated" if changed else "already activated"
     log.say(f"{state}: {path} (device {options.device or 'auto'}); undo with: dmlpatch deactivate")
+    if pin:
+        from dmlpatch import pinning
+
+        pinning.say_pin("activate")
     return 0
 
 
@@ -266,11 +312,18 @@ def _deactivate(arguments: list[str]) -> int:
         )
     else:
         log.say(f"deactivated: removed {removed}")
+    from dmlpatch import pinning
+
+    lifted = pinning.unpin(origin="activate")  # what activate --pin did
+    if lifted is not None:
+        log.say(lifted.message)
+    elif pinning.state() is not None:
+        log.say("pin protection stays (dmlpatch pin made it); dmlpatch unpin lifts it")
     return 0
 
 
 def _status(arguments: list[str]) -> int:
-    from dmlpatch import activation
+    from dmlpatch import activation, pinning
 
     as_json = "--json" in arguments
     unknown = [a for a in arguments if a != "--json"]
@@ -284,6 +337,7 @@ def _status(arguments: list[str]) -> int:
         "device": device,
         "environment_device": os.environ.get("DMLPATCH_DEVICE"),
         "disabled": os.environ.get("DMLPATCH_DISABLE") == "1",
+        "pin": pinning.describe(),
     }
     if as_json:
         import json
@@ -295,6 +349,10 @@ def _status(arguments: list[str]) -> int:
         sys.stdout.write(
             f"dmlpatch {__version__}: activated with device {device} ({data['pth']})\n"
         )
+    if not as_json:
+        sys.stdout.write(pinning.summary() + "\n")
+        for problem, fix in pinning.problems():
+            sys.stdout.write(f"pin: warning: {problem}" + (f" (fix: {fix})" if fix else "") + "\n")
     return 0
 
 

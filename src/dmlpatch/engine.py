@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Optional
 
-from dmlpatch import aliases, hook, log, plan, report, resolution, wrapping
+from dmlpatch import aliases, discovery, hook, log, plan, report, resolution, wrapping
 
 DISABLE_VAR = "DMLPATCH_DISABLE"
 
@@ -21,10 +22,31 @@ def patches_needed() -> bool:
     return resolution.current().patches_needed
 
 
-def activate(device: Optional[str] = None) -> bool:
-    """Install every spec that matches an installed library; False when switched off.
+def rewrite_gate() -> bool:
+    """The import hook's question: rewrite unless the device is a usable CUDA GPU.
 
-    Nothing is imported here but the specs and package metadata: each target is patched when
+    Answering resolves the device, which imports torch; that must not happen while torch is
+    itself being imported, nor before the program's own ``import torch`` (settings it makes
+    first, such as ``OMP_NUM_THREADS``, would be lost). Until then the answer is yes: rewritten
+    code asks the runtime, which passes each call through to CUDA where CUDA is usable.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return True
+    return patches_needed()
+
+
+def known_unneeded() -> bool:
+    """Already resolved to a usable CUDA GPU (asks nothing that would import torch)."""
+    resolved = resolution.resolved_or_none()
+    return resolved is not None and not resolved.patches_needed
+
+
+def activate(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
+    """Install every spec that matches an installed library, and discovery in ``scope``
+    (default ``$DMLPATCH_SCOPE``, else ``all``); False when switched off.
+
+    Nothing is imported here but the specs and package metadata: each module is patched when
     it is imported. Raises :class:`~dmlpatch.errors.SpecError` for a malformed spec.
     """
     global _active
@@ -41,7 +63,11 @@ def activate(device: Optional[str] = None) -> bool:
     wrapping.apply([wrapping.Fix(*fix) for fix in chosen["wraps"]], gate=patches_needed)
     for module, target, spec_name in chosen["aliases"]:
         aliases.install(module, target, spec_name)
-    hook.set_gate(patches_needed)
+    hook.set_gate(rewrite_gate)
+    scope = discovery.parse_scope(scope) if scope else discovery.configured_scope()
+    os.environ[discovery.SCOPE_VAR] = scope  # children, and the report, see the same scope
+    leaves = [discovery.Leave(*leave) for leave in chosen["leaves"]]
+    hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
     _active = True
     return True
 
@@ -49,6 +75,7 @@ def activate(device: Optional[str] = None) -> bool:
 def deactivate() -> None:
     """Remove the import hook and restore every wrapped function."""
     global _active
+    hook.discover(None, known_unneeded)
     hook.uninstall()
     wrapping.unwrap_all()
     aliases.uninstall()

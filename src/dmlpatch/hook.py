@@ -1,12 +1,14 @@
-"""The scoped import hook: target modules load with their CUDA device sites rewritten.
+"""The import hook: modules load with their CUDA device sites rewritten.
 
-A finder first on ``sys.meta_path`` answers only for the modules the patch specs name; every
-other import costs one dict lookup and goes on its normal path. For a target it asks the
-finders behind it for the spec (``PathFinder``, editable-install finders) and, when that is a
-plain ``.py`` source, swaps in a ``SourceFileLoader`` subclass that rewrites before compiling
-and keeps the result in a bytecode cache of its own (``dmlpatch.bytecode_cache``). The spec's
-origin and the code's filename stay the original path, so ``__file__``, tracebacks,
-``inspect.getsource`` and ``linecache`` point at the original source.
+A finder first on ``sys.meta_path`` answers for the modules the patch specs name (*targets*)
+and, when discovery is on, for every other module in its scope (``dmlpatch.discovery``); any
+other import costs a dict lookup and a name check and goes on its normal path. For a module it
+answers, it asks the finders behind it for the spec (``PathFinder``, editable-install finders)
+and, when that is a plain ``.py`` source with sites, swaps in a ``SourceFileLoader`` subclass
+that rewrites before compiling and keeps the result in a bytecode cache of its own
+(``dmlpatch.bytecode_cache``). The spec's origin and the code's filename stay the original
+path, so ``__file__``, tracebacks, ``inspect.getsource`` and ``linecache`` point at the
+original source.
 
 The model is typeguard's ``_importhook``; the cache follows pytest's assertion rewriter.
 """
@@ -23,9 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 from dmlpatch import log, report
 
 if TYPE_CHECKING:
+    from dmlpatch.discovery import Discovery
     from dmlpatch.rewrite import Site
 
-MAIN_SPEC = "__main__"
+MAIN_SPEC = report.MAIN
+DISCOVERED = report.DISCOVERED
 
 
 class ModuleTarget(NamedTuple):
@@ -42,6 +46,15 @@ _targets: dict[str, ModuleTarget] = {}
 _gate: Optional[Callable[[], bool]] = None
 _watched: dict[str, list[Callable[[types.ModuleType], None]]] = {}
 _rewritten: set[str] = set()  # modules this hook loaded (and so rewrote)
+_discovery: Optional[Discovery] = None
+#: Whether the device is already known to need no patches (a usable CUDA GPU). Discovery asks
+#: it instead of the gate, because answering the gate imports torch, and discovery sees modules
+#: that load while torch itself is being imported.
+def _never() -> bool:
+    return False
+
+
+_known_unneeded: Callable[[], bool] = _never
 
 
 def install(targets: Iterable[ModuleTarget]) -> None:
@@ -76,15 +89,26 @@ def when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> 
             sys.meta_path.insert(0, _finder)
 
 
+def discover(discovery: Optional[Discovery], known_unneeded: Callable[[], bool]) -> None:
+    """Rewrite modules in ``discovery``'s scope too (None: only targets)."""
+    global _discovery, _known_unneeded
+    with _lock:
+        _discovery = discovery
+        _known_unneeded = known_unneeded
+        if discovery is not None and _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
 def uninstall() -> None:
     """Remove the finder and forget the targets; modules already loaded stay as they are."""
-    global _gate
+    global _gate, _discovery
     with _lock:
         while _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
         _targets.clear()
         _watched.clear()
         _gate = None
+        _discovery = None
 
 
 def is_installed() -> bool:
@@ -135,22 +159,34 @@ class _Finder:
     ) -> Optional[importlib.machinery.ModuleSpec]:
         entry = _targets.get(fullname)
         watchers = _watched.get(fullname)
-        if (entry is None and watchers is None) or fullname in self._searching:
+        discovery = _discovery if entry is None else None
+        if discovery is not None and not discovery.may_cover(fullname):
+            discovery = None
+        if (entry is None and watchers is None and discovery is None) or (
+            fullname in self._searching
+        ):
             return None
         if entry is not None and _gate is not None and not _gate():
             entry = None
         spec = self._spec_behind(fullname, path, target)
         if spec is None:
             return None
-        if (
-            entry is not None
-            and type(spec.loader) is importlib.machinery.SourceFileLoader
+        # Other loaders (extension modules, sourceless pycs, zips, custom importers) are left
+        # alone: only a .py source can be rewritten.
+        source = (
+            spec.origin
+            if type(spec.loader) is importlib.machinery.SourceFileLoader
             and spec.origin is not None
             and spec.origin.endswith(".py")
-        ):
-            # Other loaders (extension modules, sourceless pycs, zips, custom importers) are
-            # left alone: only a .py source can be rewritten.
-            spec.loader = _RewritingLoader(fullname, spec.origin, entry)
+            else None
+        )
+        if entry is not None and source is not None:
+            spec.loader = _RewritingLoader(fullname, source, entry)
+        elif discovery is not None and source is not None and not _known_unneeded():
+            decision = discovery.decide(fullname, source)
+            if decision is not None and decision.rewrite:
+                found = ModuleTarget(fullname, DISCOVERED, 0, DISCOVERED)
+                spec.loader = _RewritingLoader(fullname, source, found)
         if watchers is not None and spec.loader is not None:
             spec.loader = _NotifyingLoader(spec.loader)
         return spec

@@ -18,7 +18,7 @@ from typing import Any, Optional
 from dmlpatch._version import __version__
 from dmlpatch.paths import cache_directory
 
-FORMAT = 1
+FORMAT = 2
 KEEP = 32
 
 
@@ -42,6 +42,7 @@ def build() -> dict[str, Any]:
     targets: list[list[Any]] = []
     wraps: list[list[Any]] = []
     aliases: list[list[Any]] = []
+    leaves: list[list[Any]] = []
     warnings: list[list[Any]] = []
     inputs: list[str] = [entry or "." for entry in sys.path]
     for spec in specs.load_all():
@@ -59,6 +60,11 @@ def build() -> dict[str, Any]:
                     f"{spec.distribution} {installed} not in {spec.versions}",
                 ]
             )
+            # "Runs unpatched" includes discovery: the spec's author vouched for other versions.
+            leaves.extend(
+                [package, spec.name, f"{spec.distribution} {installed} is not covered", True]
+                for package in spec.packages()
+            )
             continue
         for rule in spec.rewrites:
             if rule.versions.contains(installed, prereleases=True):
@@ -72,6 +78,9 @@ def build() -> dict[str, Any]:
         for alias in spec.aliases:
             if alias.versions.contains(installed, prereleases=True):
                 aliases.append([alias.module, alias.target, spec.name])
+        for leave in spec.leaves:
+            if leave.versions.contains(installed, prereleases=True):
+                leaves.extend([module, spec.name, leave.why, False] for module in leave.modules)
     for name in specs.unmatched_disabled():
         warnings.append(
             [
@@ -88,6 +97,7 @@ def build() -> dict[str, Any]:
         "targets": targets,
         "wraps": wraps,
         "aliases": aliases,
+        "leaves": leaves,
         "warnings": warnings,
         "inputs": [[path, *_stat(path)] for path in dict.fromkeys(inputs)],
     }

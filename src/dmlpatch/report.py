@@ -13,6 +13,11 @@ _wraps: list[dict[str, Any]] = []
 _skipped: list[dict[str, Any]] = []
 _aliases: list[dict[str, Any]] = []
 
+#: The pseudo-spec names of what no patch spec named: the program's main script, and modules
+#: rewritten (or left alone) by discovery.
+MAIN = "__main__"
+DISCOVERED = "discovered"
+
 
 def record_rewrite(spec: str, module: str, sites: int, cached: bool) -> None:
     """A module was compiled with its CUDA sites rewritten (``cached``: from the bytecode cache)."""
@@ -49,8 +54,22 @@ def snapshot() -> dict[str, Any]:
 
     resolution = _resolution.resolved_or_none()
     patches: dict[str, dict[str, Any]] = {}
+    rewritten: list[dict[str, Any]] = []
+    unrewritten: list[dict[str, Any]] = []
     with _lock:
         for entry in _rewrites:
+            by = {MAIN: "main script", DISCOVERED: DISCOVERED}.get(entry["spec"], "spec")
+            rewritten.append(
+                {
+                    "module": entry["module"],
+                    "sites": entry["sites"],
+                    "cached": entry["cached"],
+                    "by": by,
+                    **({"spec": entry["spec"]} if by == "spec" else {}),
+                }
+            )
+            if entry["spec"] == DISCOVERED:
+                continue
             spec = patches.setdefault(
                 entry["spec"], {"modules": [], "functions": [], "skipped": []}
             )
@@ -70,6 +89,9 @@ def snapshot() -> dict[str, Any]:
                 {"alias": entry["alias"], "module": entry["module"]}
             )
         for entry in _skipped:
+            if entry["spec"] == DISCOVERED:
+                unrewritten.append({"module": entry["module"], "reason": entry["reason"]})
+                continue
             spec = patches.setdefault(
                 entry["spec"], {"modules": [], "functions": [], "skipped": []}
             )
@@ -79,7 +101,10 @@ def snapshot() -> dict[str, Any]:
         "backend": resolution.backend if resolution else None,
         "adapter": resolution.adapter if resolution else None,
         "why": resolution.why if resolution else None,
+        "scope": _scope(),
         "patches": patches,
+        "rewritten": rewritten,
+        "left_unrewritten": unrewritten,
     }
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():
@@ -87,6 +112,12 @@ def snapshot() -> dict[str, Any]:
         data["ops"] = counters.get("ops")
         data["transfers"] = counters.get("transfers")
     return data
+
+
+def _scope() -> str:
+    from dmlpatch import discovery
+
+    return discovery.configured_scope()
 
 
 def check_destination(destination: str) -> None:

@@ -22,6 +22,11 @@ Site kinds:
   ``torch.device(__dmlpatch__.device(i))``.
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
 
+Other ``torch.cuda.<name>`` uses (``get_device_properties``, ``Stream``, ``FloatTensor``...) are
+not sites: they are listed as *unanswered* (``Rewritten.unanswered``), because once a module's
+sites say CUDA is available, code behind them would fail without a CUDA GPU. Names in
+``runtime.HARMLESS_CUDA_NAMES`` behave the same with or without one and are not listed.
+
 Everything else that says ``cuda`` is left alone on purpose: comparisons
 (``x.device.type == 'cuda'``), membership tests, dict keys, messages, ``device_type=`` of
 autocast. Rewriting those would change what the program *checks*, not where it runs.
@@ -38,7 +43,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple, Optional, TypeVar, Union
 
-from dmlpatch.runtime import ALIAS, CUDA_FUNCTIONS
+from dmlpatch.runtime import ALIAS, CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
 _CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
 #: Functions of ``torch`` whose first argument (or ``type=``) is a device.
@@ -58,10 +63,12 @@ class Site(NamedTuple):
 
 
 class Rewritten(NamedTuple):
-    """The rewritten tree (the unchanged parse when there are no sites) and its sites."""
+    """The rewritten tree (the unchanged parse when there are no sites), its sites, and the
+    ``torch.cuda`` names it uses that the runtime does not answer (sorted, without repeats)."""
 
     tree: ast.Module
     sites: list[Site]
+    unanswered: tuple[str, ...] = ()
 
 
 def find_sites(source: Union[str, bytes], filename: str = "<unknown>") -> list[Site]:
@@ -77,7 +84,8 @@ def rewrite(source: Union[str, bytes], filename: str = "<unknown>") -> Rewritten
     sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
     if sites:
         _insert_runtime_import(tree)
-    return Rewritten(tree, sites)
+    unanswered = transformer.unanswered | transformer.names.unanswered
+    return Rewritten(tree, sites, tuple(sorted(unanswered)))
 
 
 class _Names:
@@ -93,6 +101,7 @@ class _Names:
         self.cuda: set[str] = set()
         self.cuda_functions: dict[str, str] = {}
         self.torch_functions: dict[str, str] = {}
+        self.unanswered: set[str] = set()
 
     @classmethod
     def of(cls, tree: ast.Module) -> _Names:
@@ -115,6 +124,12 @@ class _Names:
                         names.torch_functions[bound] = alias.name
                     elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
                         names.cuda_functions[bound] = alias.name
+                    elif node.module == "torch.cuda" and _unanswered(alias.name):
+                        names.unanswered.add(alias.name)
+                if node.module and node.module.startswith("torch.cuda."):
+                    submodule = node.module.split(".")[2]
+                    if _unanswered(submodule):
+                        names.unanswered.add(submodule)
         return names
 
 
@@ -171,6 +186,7 @@ class _Transformer:
         self.names = names
         self.lines = lines
         self.sites: list[Site] = []
+        self.unanswered: set[str] = set()
 
     def transform(self, tree: ast.Module) -> None:
         """Call ``visit_<Type>`` on each node, children first; put what it returns in its place."""
@@ -196,6 +212,19 @@ class _Transformer:
                 getattr(parent, field)[index] = replacement
 
     # -- calls --------------------------------------------------------------------------------
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+        """``torch.cuda.<name>`` that the runtime does not answer: noted, left as it is."""
+        owner = node.value
+        of_cuda = (
+            isinstance(owner, ast.Attribute)
+            and owner.attr == "cuda"
+            and isinstance(owner.value, ast.Name)
+            and owner.value.id in self.names.torch
+        ) or (isinstance(owner, ast.Name) and owner.id in self.names.cuda)
+        if of_cuda and _unanswered(node.attr):
+            self.unanswered.add(node.attr)
+        return node
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
         func = node.func
@@ -398,6 +427,11 @@ def _cuda_prefix(node: ast.expr) -> bool:
         and isinstance(node.value, str)
         and node.value.startswith("cuda:")
     )
+
+
+def _unanswered(name: str) -> bool:
+    """A ``torch.cuda`` name that fails without a CUDA GPU and that the runtime does not route."""
+    return name not in CUDA_FUNCTIONS and name not in HARMLESS_CUDA_NAMES and name != "*"
 
 
 def _names_device(name: str) -> bool:

@@ -7,8 +7,10 @@ of the functions below, through one module-level alias, so rewritten code stays 
     # becomes
     torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
 
-Every answer comes from the process's device resolution (``dmlpatch.resolution.current``). Nothing
-here is imported by ``import dmlpatch``; torch is touched only when rewritten code runs.
+Every answer comes from the process's device resolution (``dmlpatch.resolution.current``). Where
+that is a usable CUDA GPU, each function is the CUDA call it replaced: modules may be rewritten
+before the device is known (resolving it imports torch), and must then behave as written.
+Nothing here is imported by ``import dmlpatch``; torch is touched only when rewritten code runs.
 """
 
 from __future__ import annotations
@@ -38,15 +40,54 @@ CUDA_FUNCTIONS = frozenset(
     }
 )
 
+#: ``torch.cuda`` names that rewritten code may keep using as they are: without a CUDA GPU they
+#: work, answer "nothing", or switch themselves off, exactly as under plain python (checked on
+#: torch 2.4.1 and 2.14.1). Any other ``torch.cuda`` name in a module with device sites would
+#: fail once its sites say "CUDA is available" (``Found no NVIDIA driver``), so such a module is
+#: left unrewritten (see ``dmlpatch.discovery``).
+HARMLESS_CUDA_NAMES = frozenset(
+    {
+        "amp",
+        "OutOfMemoryError",
+        "is_initialized",
+        "is_bf16_supported",
+        "get_arch_list",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "memory_stats",
+        "seed",
+        "seed_all",
+        "get_rng_state_all",
+        "set_rng_state",
+        "set_rng_state_all",
+    }
+)
+
+
+def _cuda() -> Any:
+    """``torch.cuda`` when the process runs on a usable CUDA GPU (no patches), else None."""
+    if _resolution.current().patches_needed:
+        return None
+    import torch
+
+    return torch.cuda
+
 
 def is_available() -> bool:
     """``torch.cuda.is_available()`` in a target: is the target an accelerator?"""
-    return _resolution.current().is_accelerator
+    resolution = _resolution.current()
+    if not resolution.patches_needed:
+        return bool(_cuda().is_available())
+    return resolution.is_accelerator
 
 
 def device_count() -> int:
     """``torch.cuda.device_count()`` in a target: adapters the program may use."""
     resolution = _resolution.current()
+    if not resolution.patches_needed:
+        return int(_cuda().device_count())
     return len(resolution.indices) if resolution.is_accelerator else 0
 
 
@@ -59,12 +100,18 @@ _current_ordinal = 0
 
 def current_device() -> int:
     """``torch.cuda.current_device()`` in a target: the ordinal ``set_device`` chose (0)."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return int(cuda_module.current_device())
     return _current_ordinal
 
 
 def set_device(device: Any) -> None:
     """``torch.cuda.set_device(i)`` in a target: later ``'cuda'`` / ``.cuda()`` mean ordinal i."""
     global _current_ordinal
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return cuda_module.set_device(device)  # type: ignore[no-any-return]
     ordinal = _ordinal(device)
     if ordinal is None or ordinal < 0:
         return  # CUDA ignores a negative ordinal (and None) here
@@ -74,6 +121,9 @@ def set_device(device: Any) -> None:
 
 def get_device_name(device: Any = None) -> str:
     """``torch.cuda.get_device_name(i)`` in a target: the adapter's name."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return str(cuda_module.get_device_name(device))
     resolution = _resolution.current()
     index = _target_index(_ordinal(device))
     return resolution.adapter_name(index)
@@ -81,6 +131,9 @@ def get_device_name(device: Any = None) -> str:
 
 def synchronize(device: Any = None) -> None:
     """``torch.cuda.synchronize()`` in a target: wait for the target's queue."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return cuda_module.synchronize(device)  # type: ignore[no-any-return]
     resolution = _resolution.current()
     if resolution.backend == "directml":
         import torch
@@ -91,13 +144,23 @@ def synchronize(device: Any = None) -> None:
 
 def empty_cache() -> None:
     """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        cuda_module.empty_cache()
 
 
 def manual_seed(seed: int) -> None:
     """``torch.cuda.manual_seed`` in a target: CUDA defers it without a GPU, so do nothing."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        cuda_module.manual_seed(seed)
 
 
-manual_seed_all = manual_seed
+def manual_seed_all(seed: int) -> None:
+    """``torch.cuda.manual_seed_all`` in a target: as :func:`manual_seed`."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        cuda_module.manual_seed_all(seed)
 
 
 def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
@@ -110,6 +173,8 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
     if ordinal is _NOT_CUDA:
         return spec
     resolution = _resolution.current()
+    if not resolution.patches_needed:
+        return spec
     if not resolution.is_accelerator:
         return "cpu"
     return f"{resolution.type}:{_target_index(ordinal)}"
@@ -121,7 +186,7 @@ def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any
     Keywords throughout: ``UntypedStorage.to`` accepts only ``device=`` / ``non_blocking=``.
     """
     mover = getattr(obj, "to", None)
-    if mover is None:
+    if mover is None or not _resolution.current().patches_needed:
         return obj.cuda(device, non_blocking=non_blocking, **kwargs)
     import torch
 

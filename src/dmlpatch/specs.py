@@ -1,8 +1,10 @@
 """Patch specs: one declarative TOML file per target library.
 
 A spec says which distribution and versions it is for, which modules get their CUDA device
-sites rewritten (``[[rewrite]]``) and which functions get a fix wrapped around them
-(``[[wrap]]``), each with the ``why`` a reader needs to audit it. Specs come from the package
+sites rewritten (``[[rewrite]]``), which functions get a fix wrapped around them
+(``[[wrap]]``), which missing modules are provided by their successors (``[[alias]]``) and
+which modules discovery must leave alone (``[[leave]]``), each with the ``why`` a reader needs
+to audit it. Specs come from the package
 (``dmlpatch/patches``), from the ``dmlpatch.patches`` entry-point group (patch packs) and from
 ``$DMLPATCH_PATCHES`` (directories separated by ``os.pathsep``).
 """
@@ -65,6 +67,13 @@ class AliasRule:
 
 
 @dataclass(frozen=True)
+class LeaveRule:
+    modules: tuple[str, ...]  # each covers its submodules
+    versions: SpecifierSet
+    why: str
+
+
+@dataclass(frozen=True)
 class PatchSpec:
     name: str
     origin: str  # file path, for messages
@@ -76,9 +85,16 @@ class PatchSpec:
     fingerprint: str
     aliases: tuple[AliasRule, ...] = ()
     pack: Optional[str] = None  # the entry-point name of the patch pack that shipped it
+    leaves: tuple[LeaveRule, ...] = ()
 
     def modules(self) -> list[str]:
         return [module for rule in self.rewrites for module in rule.modules]
+
+    def packages(self) -> list[str]:
+        """The top-level packages this spec's rules are about (for its version gate)."""
+        names = [*self.modules(), *(w.module for w in self.wraps)]
+        names += [module for rule in self.leaves for module in rule.modules]
+        return sorted({name.partition(".")[0] for name in names})
 
 
 def load_file(path: Path) -> PatchSpec:
@@ -149,9 +165,27 @@ def load_file(path: Path) -> PatchSpec:
             )
         )
         reader.no_extra(entry, where, {"module", "target", "versions", "why"})
-    reader.no_extra(data, "the top level", {"package", "rewrite", "wrap", "alias"})
-    if not rewrites and not wraps and not aliases:
-        reader.fail("rewrite", "a spec needs at least one [[rewrite]], [[wrap]] or [[alias]] entry")
+    leaves = []
+    for i, entry in enumerate(reader.array("leave")):
+        where = f"leave[{i}]"
+        modules = reader.strings(entry, f"{where}.modules")
+        for module in modules:
+            if not _DOTTED.match(module):
+                reader.fail(f"{where}.modules", f"{module!r} is not a dotted module name")
+        leaves.append(
+            LeaveRule(
+                tuple(modules),
+                reader.versions(entry, f"{where}.versions"),
+                reader.string(entry, f"{where}.why"),
+            )
+        )
+        reader.no_extra(entry, where, {"modules", "versions", "why"})
+    reader.no_extra(data, "the top level", {"package", "rewrite", "wrap", "alias", "leave"})
+    if not rewrites and not wraps and not aliases and not leaves:
+        reader.fail(
+            "rewrite",
+            "a spec needs at least one [[rewrite]], [[wrap]], [[alias]] or [[leave]] entry",
+        )
     return PatchSpec(
         name=path.stem,
         origin=str(path),
@@ -162,6 +196,7 @@ def load_file(path: Path) -> PatchSpec:
         wraps=tuple(wraps),
         fingerprint=hashlib.sha256(raw).hexdigest()[:16],
         aliases=tuple(aliases),
+        leaves=tuple(leaves),
     )
 
 

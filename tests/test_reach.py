@@ -1,0 +1,497 @@
+"""Reach: CUDA choices honoured wherever they are written, under every entry point.
+
+A multi-module project whose device is chosen in its own package (``utils.get_device()``, a
+``model.cuda()`` in another module, the script's own ``torch.device('cuda' if ...)``) trains on
+the simulated device with losses equal to a plain CPU run — next to the script, installed
+editable and installed into site-packages (real pip, into a throw-away venv), under the runner,
+``import dmlpatch.auto`` and activation (``python train.py``, ``python -m projpkg.train``, a
+console script). A third-party library nobody wrote a spec for is rewritten by discovery; scopes
+narrow it; a spec's ``[[leave]]`` and an unanswered CUDA call leave a module alone with one line;
+nothing in site-packages changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support import Result, clean_env, file_stamps, linked_venv, run_python, written_between
+
+UTILS = """
+    import torch
+
+
+    def get_device():
+        return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    """
+
+MODEL = """
+    import torch
+    from torch import nn
+
+
+    def build():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+        if torch.cuda.is_available():
+            model.cuda()
+        return model
+    """
+
+TRAIN = """
+    import torch
+
+    from projpkg.model import build
+    from projpkg.utils import get_device
+
+
+    def main():
+        device = get_device()
+        own = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = build()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        generator = torch.Generator().manual_seed(1)
+        inputs = torch.randn(32, 8, generator=generator)
+        targets = torch.randint(0, 2, (32,), generator=generator)
+        for step in range(3):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(inputs.to(device)), targets.to(own))
+            loss.backward()
+            optimizer.step()
+            print(f"loss {step} {loss.item():.6f}")
+        print("device", device, own, next(model.parameters()).device)
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+PYPROJECT = """
+    [build-system]
+    requires = ["setuptools>=61"]
+    build-backend = "setuptools.build_meta"
+
+    [project]
+    name = "projpkg"
+    version = "0.1"
+
+    [project.scripts]
+    projpkg-train = "projpkg.train:main"
+
+    [tool.setuptools]
+    packages = ["projpkg"]
+    """
+
+ON_DEVICE = "device privateuseone:0 privateuseone:0 privateuseone:0"
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(content).lstrip("\n"), encoding="utf-8")
+
+
+def _project(root: Path) -> Path:
+    _write_tree(
+        root,
+        {
+            "pyproject.toml": PYPROJECT,
+            "projpkg/__init__.py": "",
+            "projpkg/utils.py": UTILS,
+            "projpkg/model.py": MODEL,
+            "projpkg/train.py": TRAIN,
+        },
+    )
+    return root
+
+
+def _losses(result: Result) -> list[float]:
+    return [float(line.split()[2]) for line in result.out.splitlines() if line.startswith("loss")]
+
+
+def _assert_like_cpu(result: Result, cpu: Result) -> None:
+    assert result.code == 0, result.err
+    assert ON_DEVICE in result.out, result.out + result.err
+    assert len(_losses(cpu)) == 3
+    assert _losses(result) == pytest.approx(_losses(cpu), abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def venv() -> Iterator[tuple[str, Path]]:
+    yield from linked_venv()
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Result:
+    root = _project(tmp_path_factory.mktemp("cpu"))
+    script = root / "train.py"
+    shutil.copy(root / "projpkg" / "train.py", script)
+    result = run_python([str(script)], cwd=root)
+    assert result.code == 0, result.err
+    assert "device cpu cpu cpu" in result.out
+    return result
+
+
+def _pip(python: str, *args: str) -> None:
+    result = run_python(
+        ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", *args],
+        python=python,
+        timeout=300,
+    )
+    assert result.code == 0, result.err
+
+
+@pytest.fixture(scope="module")
+def placements(
+    tmp_path_factory: pytest.TempPathFactory, venv: tuple[str, Path]
+) -> dict[str, tuple[str, Path, dict[str, str]]]:
+    """(python, script, env) per placement of the project's package."""
+    python, _ = venv
+    local = _project(tmp_path_factory.mktemp("local"))
+    shutil.copy(local / "projpkg" / "train.py", local / "train.py")
+    editable = _project(tmp_path_factory.mktemp("editable"))
+    _pip(python, "--editable", str(editable))
+    # The script lives apart from the package, so only the editable install can provide it.
+    editable_script = tmp_path_factory.mktemp("editable-script") / "train.py"
+    shutil.copy(editable / "projpkg" / "train.py", editable_script)
+    return {
+        "local": (python, local / "train.py", clean_env()),
+        "editable": (python, editable_script, clean_env()),
+    }
+
+
+@pytest.mark.parametrize("placement", ["local", "editable"])
+def test_runner_reaches_the_projects_own_modules(
+    placements: dict[str, tuple[str, Path, dict[str, str]]], cpu_run: Result, placement: str
+) -> None:
+    python, script, env = placements[placement]
+    result = run_python(
+        ["-m", "dmlpatch", "--device", "sim", str(script)],
+        python=python,
+        env=env,
+        cwd=script.parent,
+    )
+    _assert_like_cpu(result, cpu_run)
+
+
+@pytest.mark.parametrize("placement", ["local", "editable"])
+def test_auto_reaches_the_script_and_its_modules(
+    placements: dict[str, tuple[str, Path, dict[str, str]]],
+    cpu_run: Result,
+    placement: str,
+    tmp_path: Path,
+) -> None:
+    python, script, env = placements[placement]
+    auto = tmp_path / "train_auto.py"
+    auto.write_text(
+        '"""Trains."""\nimport dmlpatch.auto\n' + script.read_text(encoding="utf-8"),
+        encoding="utf-8",
+    )
+    report = tmp_path / "report.json"
+    env = {**env, "DMLPATCH_DEVICE": "sim", "DMLPATCH_REPORT": str(report)}
+    if placement == "local":
+        env["PYTHONPATH"] = str(script.parent)
+    result = run_python([str(auto)], python=python, env=env, cwd=tmp_path)
+    _assert_like_cpu(result, cpu_run)
+    data = json.loads(report.read_text())
+    assert data["device"] == "privateuseone:0"
+    by = {(entry["module"], entry["by"]) for entry in data["rewritten"]}
+    assert {("__main__", "main script"), ("projpkg.utils", "discovered")} <= by
+    assert ("projpkg.model", "discovered") in by
+
+
+def test_auto_after_other_statements_says_the_script_stays_as_written(
+    venv: tuple[str, Path], tmp_path: Path
+) -> None:
+    python, _ = venv
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import torch\nprint('started')\nimport dmlpatch.auto\n"
+        "print(torch.device('cuda' if torch.cuda.is_available() else 'cpu'))\n",
+        encoding="utf-8",
+    )
+    result = run_python([str(script)], python=python, env=clean_env(DMLPATCH_DEVICE="sim"))
+    assert result.code == 0, result.err
+    assert result.out == "started\ncpu\n"
+    assert result.err_lines == [
+        "dmlpatch: warning: late.py runs code before `import dmlpatch.auto` (line 3), so its "
+        "own 2 CUDA site(s) stay as written; make it the first statement, or run: python -m "
+        "dmlpatch late.py"
+    ]
+
+
+def test_auto_keeps_the_programs_traceback_and_exit_status(
+    venv: tuple[str, Path], tmp_path: Path
+) -> None:
+    python, _ = venv
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import dmlpatch.auto\nimport sys\nimport torch\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "if sys.argv[1:] == ['exit']:\n    sys.exit(f'bye from {device}')\n"
+        "raise ValueError(f'failed on {device}')\n",
+        encoding="utf-8",
+    )
+    env = clean_env(DMLPATCH_DEVICE="sim")
+    failed = run_python([str(script)], python=python, env=env)
+    assert failed.code == 1
+    assert failed.err_lines == [
+        "Traceback (most recent call last):",
+        f'  File "{script}", line 7, in <module>',
+        "    raise ValueError(f'failed on {device}')",
+        "ValueError: failed on privateuseone:0",
+    ]
+    exited = run_python([str(script), "exit"], python=python, env=env)
+    assert (exited.code, exited.err_lines) == (1, ["bye from privateuseone:0"])
+
+
+@pytest.fixture(scope="module")
+def installed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, Path, Path]]:
+    """A venv with the project installed into site-packages, activated with the sim device."""
+    for python, purelib in linked_venv():
+        source = _project(tmp_path_factory.mktemp("installed"))
+        _pip(python, str(source))
+        script = tmp_path_factory.mktemp("installed-script") / "train.py"
+        shutil.copy(source / "projpkg" / "train.py", script)
+        shutil.rmtree(source)  # only the installed copy can be imported now
+        activated = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+        assert activated.code == 0, activated.err
+        yield python, purelib, script
+
+
+def _site_digests(purelib: Path) -> dict[str, tuple[int, int]]:
+    stamps = file_stamps(purelib)
+    return {path: stamp for path, stamp in stamps.items() if "__pycache__" not in path}
+
+
+@pytest.mark.parametrize("how", ["script", "module", "console script", "runner"])
+def test_activation_reaches_an_installed_project(
+    installed: tuple[str, Path, Path], cpu_run: Result, how: str, tmp_path: Path
+) -> None:
+    python, purelib, script = installed
+    before = _site_digests(purelib)
+    report = tmp_path / "report.json"
+    env = clean_env(DMLPATCH_REPORT=str(report))
+    if how == "script":
+        result = run_python([str(script)], python=python, env=env, cwd=tmp_path)
+    elif how == "module":
+        result = run_python(["-m", "projpkg.train"], python=python, env=env, cwd=tmp_path)
+    elif how == "console script":
+        command = str(Path(python).parent / "projpkg-train")
+        result = run_python([], python=command, env=env, cwd=tmp_path)
+    else:
+        result = run_python(["-m", "dmlpatch", str(script)], python=python, env=env, cwd=tmp_path)
+    _assert_like_cpu(result, cpu_run)
+    data = json.loads(report.read_text())
+    assert (data["device"], data["scope"]) == ("privateuseone:0", "all")
+    modules = {entry["module"]: entry["by"] for entry in data["rewritten"]}
+    assert modules["projpkg.utils"] == modules["projpkg.model"] == "discovered"
+    assert ("__main__" in modules) == (how in ("script", "runner"))
+    assert written_between(before, _site_digests(purelib)) == []
+
+
+LIBRARY = {
+    "cudalib/__init__.py": """
+        from cudalib.core import DEVICE, Net, load
+        """,
+    "cudalib/core.py": """
+        import torch
+        from torch import nn
+
+        DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.layer = nn.Linear(4, 3)
+                self.register_buffer('offset', torch.ones(3, device=DEVICE))
+
+            def forward(self, x):
+                return self.layer(x) + self.offset
+
+
+        def load(device='cuda'):
+            net = Net().to(device if torch.cuda.is_available() else 'cpu')
+            return net.eval()
+        """,
+}
+
+LEAVE_SPEC = """
+[package]
+name = "cudalib"
+versions = ">=1"
+[[leave]]
+modules = ["cudalib"]
+why = "cudalib chooses its device with a private backend probe"
+"""
+
+USES_LIBRARY = """
+import torch
+import cudalib
+net = cudalib.load()
+with torch.no_grad():
+    out = net(torch.ones(2, 4, device=next(net.parameters()).device))
+print(cudalib.DEVICE, next(net.parameters()).device, out.device, round(out.sum().item(), 5))
+"""
+
+
+@pytest.fixture(scope="module")
+def library(venv: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """cudalib 1.0 installed into the venv's site-packages; (python, a script that uses it)."""
+    python, purelib = venv
+    info = purelib / "cudalib-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cudalib\nVersion: 1.0\n")
+    _write_tree(purelib, LIBRARY)
+    script = tmp_path_factory.mktemp("uses") / "uses.py"
+    script.write_text(USES_LIBRARY, encoding="utf-8")
+    return python, script
+
+
+def _run(library: tuple[str, Path], *options: str, **env: str) -> Result:
+    python, script = library
+    return run_python(
+        ["-m", "dmlpatch", *options, str(script)], python=python, env=clean_env(**env)
+    )
+
+
+def test_a_library_without_a_spec_is_rewritten_by_discovery(
+    library: tuple[str, Path], tmp_path: Path
+) -> None:
+    python, script = library
+    plain = run_python([str(script)], python=python)
+    assert plain.code == 0, plain.err
+    assert plain.out.startswith("cpu cpu cpu ")
+    report = tmp_path / "report.json"
+    result = _run(library, "--device", "sim", f"--report={report}")
+    assert result.code == 0, result.err
+    total = plain.out.split()[-1]
+    assert result.out == f"privateuseone:0 privateuseone:0 privateuseone:0 {total}\n"
+    data = json.loads(report.read_text())
+    assert {"module": "cudalib.core", "sites": 4, "cached": False, "by": "discovered"} in (
+        data["rewritten"]
+    )
+
+
+@pytest.mark.parametrize("scope", ["project", "specs"])
+def test_narrower_scopes_leave_site_libraries_alone(
+    library: tuple[str, Path], scope: str, tmp_path: Path
+) -> None:
+    report = tmp_path / "report.json"
+    result = _run(library, "--device", "sim", "--scope", scope, f"--report={report}")
+    assert result.code == 0, result.err
+    assert result.out.startswith("cpu cpu cpu ")
+    data = json.loads(report.read_text())
+    assert data["scope"] == scope
+    assert [entry["module"] for entry in data["rewritten"]] == []
+
+
+def test_scope_project_still_reaches_the_programs_own_modules(
+    placements: dict[str, tuple[str, Path, dict[str, str]]], cpu_run: Result
+) -> None:
+    python, script, env = placements["local"]
+    env = {**env, "DMLPATCH_SCOPE": "project"}
+    result = run_python(["-m", "dmlpatch", "--device", "sim", str(script)], python=python, env=env)
+    _assert_like_cpu(result, cpu_run)
+    probe = script.parent / "probe.py"
+    probe.write_text(
+        "import torch\nfrom projpkg.utils import get_device\n"
+        "print(get_device(), torch.device('cuda' if torch.cuda.is_available() else 'cpu'))\n",
+        encoding="utf-8",
+    )
+    narrow = run_python(
+        ["-m", "dmlpatch", "--device", "sim", "--scope", "specs", str(probe)],
+        python=python,
+        env=clean_env(),
+    )
+    # The script's own line is still rewritten; the package's are not.
+    assert (narrow.code, narrow.out) == (0, "cpu privateuseone:0\n"), narrow.err
+
+
+def test_a_spec_can_leave_a_library_alone_with_one_line(
+    library: tuple[str, Path], tmp_path: Path
+) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "cudalib.toml").write_text(LEAVE_SPEC, encoding="utf-8")
+    result = _run(library, "--device", "sim", DMLPATCH_PATCHES=str(specs))
+    assert result.code == 0, result.err
+    assert result.out.startswith("cpu cpu cpu ")
+    assert [line for line in result.err_lines if "warning" in line] == [
+        "dmlpatch: warning: cudalib.core left unrewritten: patch spec 'cudalib' keeps dmlpatch "
+        "out of cudalib (cudalib chooses its device with a private backend probe); its own "
+        "device choices stay as under plain python"
+    ]
+
+
+UNANSWERED = {
+    "gpuinfo/__init__.py": """
+        import torch
+
+
+        def describe():
+            if torch.cuda.is_available():
+                memory = torch.cuda.get_device_properties(0).total_memory
+                return f"cuda with {memory} bytes"
+            return "cpu"
+        """
+}
+
+
+def test_a_module_dmlpatch_cannot_make_consistent_stays_as_under_plain_python(
+    tmp_path: Path, fake_distribution
+) -> None:
+    site = fake_distribution("gpuinfo", "1.0", UNANSWERED)
+    script = tmp_path / "info.py"
+    script.write_text("import gpuinfo\nprint(gpuinfo.describe())\n", encoding="utf-8")
+    env = clean_env(PYTHONPATH=str(site))
+    report = tmp_path / "report.json"
+    result = run_python(
+        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", str(script)], env=env
+    )
+    assert (result.code, result.out) == (0, "cpu\n"), result.err
+    assert [line for line in result.err_lines if "warning" in line] == [
+        "dmlpatch: warning: gpuinfo left unrewritten: it uses torch.cuda.get_device_properties, "
+        "which dmlpatch cannot answer off CUDA; its own device choices stay as under plain python"
+    ]
+    data = json.loads(report.read_text())
+    assert data["left_unrewritten"] == [
+        {"module": "gpuinfo", "reason": "uses torch.cuda.get_device_properties, not answered"}
+    ]
+
+
+def test_warm_discovery_reads_no_source_without_sites(
+    library: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The second run takes every verdict from the index: nothing is parsed again."""
+    python, script = library
+    env = clean_env(DMLPATCH_CACHE_DIR=str(tmp_path / "cache"))
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import dmlpatch.discovery as d\n"
+        "calls = []\n"
+        "original = d._examine\n"
+        "d._examine = lambda origin: calls.append(origin) or original(origin)\n"
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: sys.stderr.write(f'examined {len(calls)}\\n'))\n"
+        f"runpy.run_path({str(script)!r})\n",
+        encoding="utf-8",
+    )
+    cold = run_python(["-m", "dmlpatch", "--device", "cpu", str(probe)], python=python, env=env)
+    warm = run_python(["-m", "dmlpatch", "--device", "cpu", str(probe)], python=python, env=env)
+    assert cold.code == warm.code == 0, cold.err + warm.err
+    examined = [int(line.split()[1]) for line in cold.err_lines if line.startswith("examined")]
+    assert examined and examined[0] >= 2  # cudalib and cudalib.core at least
+    assert "examined 0" in warm.err_lines
+    assert os.listdir(tmp_path / "cache" / "discovery")
