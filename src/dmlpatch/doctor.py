@@ -28,7 +28,7 @@ class Check(NamedTuple):
 def run_checks(import_targets: bool = True) -> list[Check]:
     checks = [_python(), *_versions(), _directml(), _cuda()]
     checks += _targets(import_targets)
-    checks += [_activation(), _cache(), _simulator()]
+    checks += [_activation(), _pin(), _cache(), _simulator()]
     return checks
 
 
@@ -240,6 +240,16 @@ def _activation() -> Check:
         f"activated with device {device} ({where}); undo: dmlpatch deactivate",
         details={"pth": str(where), "device": device},
     )
+
+
+def _pin() -> Check:
+    from dmlpatch import pinning
+
+    try:
+        status, message, fix, details = pinning.check()
+    except Exception as error:  # an unreadable pip configuration is itself the finding
+        return Check("pin", WARN, f"cannot tell: {error}")
+    return Check("pin", status, message, fix, details)
 
 
 def _cache() -> Check:
