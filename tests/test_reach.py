@@ -124,11 +124,6 @@ def _assert_like_cpu(result: Result, cpu: Result) -> None:
 
 
 @pytest.fixture(scope="module")
-def venv() -> Iterator[tuple[str, Path]]:
-    yield from linked_venv()
-
-
-@pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Result:
     root = _project(tmp_path_factory.mktemp("cpu"))
     script = root / "train.py"
@@ -148,63 +143,117 @@ def _pip(python: str, *args: str) -> None:
     assert result.code == 0, result.err
 
 
+class Placement:
+    """A venv where ``projpkg`` is importable one way, and a script that uses it."""
+
+    def __init__(self, python: str, purelib: Path, script: Path) -> None:
+        self.python = python
+        self.purelib = purelib
+        self.script = script
+
+
 @pytest.fixture(scope="module")
-def placements(
-    tmp_path_factory: pytest.TempPathFactory, venv: tuple[str, Path]
-) -> dict[str, tuple[str, Path, dict[str, str]]]:
-    """(python, script, env) per placement of the project's package."""
-    python, _ = venv
-    local = _project(tmp_path_factory.mktemp("local"))
-    shutil.copy(local / "projpkg" / "train.py", local / "train.py")
-    editable = _project(tmp_path_factory.mktemp("editable"))
-    _pip(python, "--editable", str(editable))
-    # The script lives apart from the package, so only the editable install can provide it.
-    editable_script = tmp_path_factory.mktemp("editable-script") / "train.py"
-    shutil.copy(editable / "projpkg" / "train.py", editable_script)
-    return {
-        "local": (python, local / "train.py", clean_env()),
-        "editable": (python, editable_script, clean_env()),
-    }
+def placements(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Placement]]:
+    """The project next to its script, installed editable, and installed into site-packages."""
+    made: dict[str, Placement] = {}
+    venvs = [linked_venv() for _ in range(3)]
+    try:
+        (local_python, local_lib), (editable_python, editable_lib), (site_python, site_lib) = (
+            next(v) for v in venvs
+        )
+        local = _project(tmp_path_factory.mktemp("local"))
+        shutil.copy(local / "projpkg" / "train.py", local / "train.py")
+        made["local"] = Placement(local_python, local_lib, local / "train.py")
+        editable = _project(tmp_path_factory.mktemp("editable"))
+        _pip(editable_python, "--editable", str(editable))
+        # Scripts live apart from the package: only the installed copy can provide it.
+        script = tmp_path_factory.mktemp("editable-script") / "train.py"
+        shutil.copy(editable / "projpkg" / "train.py", script)
+        made["editable"] = Placement(editable_python, editable_lib, script)
+        source = _project(tmp_path_factory.mktemp("site"))
+        _pip(site_python, str(source))
+        script = tmp_path_factory.mktemp("site-script") / "train.py"
+        shutil.copy(source / "projpkg" / "train.py", script)
+        shutil.rmtree(source)
+        made["site-packages"] = Placement(site_python, site_lib, script)
+        yield made
+    finally:
+        for generator in venvs:
+            generator.close()
 
 
-@pytest.mark.parametrize("placement", ["local", "editable"])
-def test_runner_reaches_the_projects_own_modules(
-    placements: dict[str, tuple[str, Path, dict[str, str]]], cpu_run: Result, placement: str
+def _site_stamps(purelib: Path) -> dict[str, tuple[int, int]]:
+    stamps = file_stamps(purelib)
+    return {path: stamp for path, stamp in stamps.items() if "__pycache__" not in path}
+
+
+ENTRY_POINTS = [
+    "runner",
+    "auto",
+    "activated: python train.py",
+    "activated: python -m projpkg.train",
+    "activated: console script",
+]
+
+
+#: A project next to its script has no console script; every other pair is run.
+CASES = [
+    (placement, entry)
+    for placement in ("local", "editable", "site-packages")
+    for entry in ENTRY_POINTS
+    if not (placement == "local" and entry.endswith("console script"))
+]
+
+
+@pytest.mark.parametrize(("placement", "entry"), CASES)
+def test_every_entry_point_reaches_the_projects_own_modules(
+    placements: dict[str, Placement], cpu_run: Result, placement: str, entry: str, tmp_path: Path
 ) -> None:
-    python, script, env = placements[placement]
-    result = run_python(
-        ["-m", "dmlpatch", "--device", "sim", str(script)],
-        python=python,
-        env=env,
-        cwd=script.parent,
-    )
-    _assert_like_cpu(result, cpu_run)
-
-
-@pytest.mark.parametrize("placement", ["local", "editable"])
-def test_auto_reaches_the_script_and_its_modules(
-    placements: dict[str, tuple[str, Path, dict[str, str]]],
-    cpu_run: Result,
-    placement: str,
-    tmp_path: Path,
-) -> None:
-    python, script, env = placements[placement]
-    auto = tmp_path / "train_auto.py"
-    auto.write_text(
-        '"""Trains."""\nimport dmlpatch.auto\n' + script.read_text(encoding="utf-8"),
-        encoding="utf-8",
-    )
+    where = placements[placement]
+    python, script = where.python, where.script
     report = tmp_path / "report.json"
-    env = {**env, "DMLPATCH_DEVICE": "sim", "DMLPATCH_REPORT": str(report)}
-    if placement == "local":
-        env["PYTHONPATH"] = str(script.parent)
-    result = run_python([str(auto)], python=python, env=env, cwd=tmp_path)
+    env = clean_env(DMLPATCH_REPORT=str(report))
+    cwd = script.parent
+    before = _site_stamps(where.purelib)
+    activated = entry.startswith("activated")
+    if activated:
+        done = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+        assert done.code == 0, done.err
+    try:
+        if entry == "runner":
+            result = run_python(
+                ["-m", "dmlpatch", "--device", "sim", str(script)], python=python, env=env, cwd=cwd
+            )
+        elif entry == "auto":
+            auto = tmp_path / "train_auto.py"
+            text = script.read_text(encoding="utf-8")
+            auto.write_text(f'"""Trains."""\nimport dmlpatch.auto\n{text}', encoding="utf-8")
+            env.update(DMLPATCH_DEVICE="sim", PYTHONPATH=str(script.parent))
+            result = run_python([str(auto)], python=python, env=env, cwd=tmp_path)
+        elif entry.endswith("python train.py"):
+            result = run_python([str(script)], python=python, env=env, cwd=cwd)
+        elif entry.endswith("-m projpkg.train"):
+            result = run_python(["-m", "projpkg.train"], python=python, env=env, cwd=cwd)
+        else:
+            command = str(Path(python).parent / "projpkg-train")
+            result = run_python([], python=command, env=env, cwd=tmp_path)
+    finally:
+        if activated:
+            run_python(["-m", "dmlpatch", "deactivate"], python=python)
     _assert_like_cpu(result, cpu_run)
     data = json.loads(report.read_text())
-    assert data["device"] == "privateuseone:0"
-    by = {(entry["module"], entry["by"]) for entry in data["rewritten"]}
-    assert {("__main__", "main script"), ("projpkg.utils", "discovered")} <= by
-    assert ("projpkg.model", "discovered") in by
+    assert (data["device"], data["scope"]) == ("privateuseone:0", "all")
+    modules = {entry["module"]: entry["by"] for entry in data["rewritten"]}
+    assert modules["projpkg.utils"] == modules["projpkg.model"] == "discovered"
+    runs_script = not entry.endswith(("-m projpkg.train", "console script"))
+    assert (modules.get("__main__") == "main script") == runs_script
+    assert written_between(before, _site_stamps(where.purelib)) == []
+
+
+@pytest.fixture(scope="module")
+def venv(placements: dict[str, Placement]) -> tuple[str, Path]:
+    """The venv without the project: for the tests below."""
+    return placements["local"].python, placements["local"].purelib
 
 
 def test_auto_after_other_statements_says_the_script_stays_as_written(
@@ -250,53 +299,6 @@ def test_auto_keeps_the_programs_traceback_and_exit_status(
     ]
     exited = run_python([str(script), "exit"], python=python, env=env)
     assert (exited.code, exited.err_lines) == (1, ["bye from privateuseone:0"])
-
-
-@pytest.fixture(scope="module")
-def installed(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[str, Path, Path]]:
-    """A venv with the project installed into site-packages, activated with the sim device."""
-    for python, purelib in linked_venv():
-        source = _project(tmp_path_factory.mktemp("installed"))
-        _pip(python, str(source))
-        script = tmp_path_factory.mktemp("installed-script") / "train.py"
-        shutil.copy(source / "projpkg" / "train.py", script)
-        shutil.rmtree(source)  # only the installed copy can be imported now
-        activated = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
-        assert activated.code == 0, activated.err
-        yield python, purelib, script
-
-
-def _site_digests(purelib: Path) -> dict[str, tuple[int, int]]:
-    stamps = file_stamps(purelib)
-    return {path: stamp for path, stamp in stamps.items() if "__pycache__" not in path}
-
-
-@pytest.mark.parametrize("how", ["script", "module", "console script", "runner"])
-def test_activation_reaches_an_installed_project(
-    installed: tuple[str, Path, Path], cpu_run: Result, how: str, tmp_path: Path
-) -> None:
-    python, purelib, script = installed
-    before = _site_digests(purelib)
-    report = tmp_path / "report.json"
-    env = clean_env(DMLPATCH_REPORT=str(report))
-    if how == "script":
-        result = run_python([str(script)], python=python, env=env, cwd=tmp_path)
-    elif how == "module":
-        result = run_python(["-m", "projpkg.train"], python=python, env=env, cwd=tmp_path)
-    elif how == "console script":
-        command = str(Path(python).parent / "projpkg-train")
-        result = run_python([], python=command, env=env, cwd=tmp_path)
-    else:
-        result = run_python(["-m", "dmlpatch", str(script)], python=python, env=env, cwd=tmp_path)
-    _assert_like_cpu(result, cpu_run)
-    data = json.loads(report.read_text())
-    assert (data["device"], data["scope"]) == ("privateuseone:0", "all")
-    modules = {entry["module"]: entry["by"] for entry in data["rewritten"]}
-    assert modules["projpkg.utils"] == modules["projpkg.model"] == "discovered"
-    assert ("__main__" in modules) == (how in ("script", "runner"))
-    assert written_between(before, _site_digests(purelib)) == []
 
 
 LIBRARY = {
@@ -398,10 +400,10 @@ def test_narrower_scopes_leave_site_libraries_alone(
 
 
 def test_scope_project_still_reaches_the_programs_own_modules(
-    placements: dict[str, tuple[str, Path, dict[str, str]]], cpu_run: Result
+    placements: dict[str, Placement], cpu_run: Result
 ) -> None:
-    python, script, env = placements["local"]
-    env = {**env, "DMLPATCH_SCOPE": "project"}
+    python, script = placements["local"].python, placements["local"].script
+    env = clean_env(DMLPATCH_SCOPE="project")
     result = run_python(["-m", "dmlpatch", "--device", "sim", str(script)], python=python, env=env)
     _assert_like_cpu(result, cpu_run)
     probe = script.parent / "probe.py"
