@@ -441,13 +441,22 @@ UNANSWERED = {
     "gpuinfo/__init__.py": """
         import torch
 
+        from gpuinfo import streams
+
 
         def describe():
             if torch.cuda.is_available():
                 memory = torch.cuda.get_device_properties(0).total_memory
                 return f"cuda with {memory} bytes"
             return "cpu"
-        """
+        """,
+    "gpuinfo/streams.py": """
+        import torch
+
+
+        def prefetcher(device='cuda'):
+            return torch.cuda.Stream(device=device)
+        """,
 }
 
 
@@ -463,14 +472,17 @@ def test_a_module_dmlpatch_cannot_make_consistent_stays_as_under_plain_python(
         ["-m", "dmlpatch", "--device", "sim", f"--report={report}", str(script)], env=env
     )
     assert (result.code, result.out) == (0, "cpu\n"), result.err
+    # gpuinfo.streams never asks where to run: imported, but nothing to say.
     assert [line for line in result.err_lines if "warning" in line] == [
-        "dmlpatch: warning: gpuinfo left unrewritten: it uses torch.cuda.get_device_properties, "
-        "which dmlpatch cannot answer off CUDA; its own device choices stay as under plain python"
+        "dmlpatch: warning: gpuinfo chooses its device as under plain python: it uses "
+        "torch.cuda.get_device_properties, which dmlpatch cannot answer off CUDA"
     ]
     data = json.loads(report.read_text())
-    assert data["left_unrewritten"] == [
-        {"module": "gpuinfo", "reason": "uses torch.cuda.get_device_properties, not answered"}
+    assert data["kept_as_written"] == [
+        {"module": "gpuinfo", "reason": "uses torch.cuda.get_device_properties, not answered"},
+        {"module": "gpuinfo.streams", "reason": "uses torch.cuda.Stream, not answered"},
     ]
+    assert data["rewritten"] == []
 
 
 def test_warm_discovery_reads_no_source_without_sites(

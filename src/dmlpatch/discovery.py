@@ -19,8 +19,9 @@ process pays one ``stat`` per module in scope; new verdicts are written once, at
 
 First do no harm. A module whose sites would say "CUDA is available" but which also calls a
 ``torch.cuda`` function the runtime does not answer (``get_device_properties``, ``Stream``...)
-would fail where plain python ran on the CPU. Such a module is left unrewritten, and one line
-names it: its own device choices stay as under plain python.
+would fail where plain python ran on the CPU. Such a module keeps CUDA's meaning: its sites
+call ``dmlpatch.runtime_as_written``, which does what the CUDA calls did and, when the module
+asks whether CUDA is available, says in one line that it stays where plain python puts it.
 """
 
 from __future__ import annotations
@@ -40,10 +41,20 @@ from dmlpatch.report import DISCOVERED
 SCOPE_VAR = "DMLPATCH_SCOPE"
 SCOPES = ("all", "project", "specs")
 
-#: Top-level packages never rewritten by discovery: torch and the libraries built with it call
-#: CUDA to *be* CUDA support (streams, kernels, NCCL), and dmlpatch is the rewriter.
+#: Top-level packages never rewritten by discovery: torch, the libraries built with it and
+#: triton (the kernel compiler CUDA builds of torch ship) call CUDA to *be* CUDA support
+#: (streams, kernels, graphs, NCCL); dmlpatch is the rewriter.
 NEVER = frozenset(
-    {"torch", "torchvision", "torchaudio", "torch_directml", "torchgen", "functorch", "dmlpatch"}
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torch_directml",
+        "torchgen",
+        "functorch",
+        "triton",
+        "dmlpatch",
+    }
 )
 
 _FORMAT = 1
@@ -68,8 +79,12 @@ class Leave(NamedTuple):
     quiet: bool  # True where a warning already said why (a spec's version gate)
 
 
+RUNTIME = "dmlpatch.runtime"
+AS_WRITTEN = "dmlpatch.runtime_as_written"
+
+
 class Decision(NamedTuple):
-    rewrite: bool
+    runtime: Optional[str]  # what the module's sites call; None: load it as it is
     verdict: Verdict
 
 
@@ -128,15 +143,15 @@ class Discovery:
             return None
         verdict = self._verdict(fullname, origin)
         if verdict is None or not verdict.sites:
-            return Decision(False, verdict or Verdict(0, ()))
+            return Decision(None, verdict or Verdict(0, ()))
         leave = self._leave(fullname)
         if leave is not None:
             _say_left(fullname, leave)
-            return Decision(False, verdict)
+            return Decision(None, verdict)
         if verdict.unanswered:
-            _say_unanswered(fullname, verdict.unanswered)
-            return Decision(False, verdict)
-        return Decision(True, verdict)
+            _keep_as_written(fullname, verdict.unanswered)
+            return Decision(AS_WRITTEN, verdict)
+        return Decision(RUNTIME, verdict)
 
     def _leave(self, fullname: str) -> Optional[Leave]:
         for leave in self.leaves:
@@ -248,17 +263,12 @@ def _say_left(fullname: str, leave: Leave) -> None:
         )
 
 
-def _say_unanswered(fullname: str, names: tuple[str, ...]) -> None:
-    from dmlpatch import log, report
+def _keep_as_written(fullname: str, names: tuple[str, ...]) -> None:
+    from dmlpatch import report, runtime_as_written
 
-    more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+    runtime_as_written.keep(fullname, names)
     report.record_skip(
         DISCOVERED, fullname, f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered"
-    )
-    log.warn_once(
-        f"unanswered:{fullname}",
-        f"{fullname} left unrewritten: it uses torch.cuda.{names[0]}{more}, which dmlpatch "
-        "cannot answer off CUDA; its own device choices stay as under plain python",
     )
 
 

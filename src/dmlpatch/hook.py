@@ -39,6 +39,7 @@ class ModuleTarget(NamedTuple):
     spec: str  # patch spec name, e.g. "facexlib"
     expect_sites: int  # fewer found => the spec is stale: warn, load the module unrewritten
     fingerprint: str  # hash of the spec's content; part of the bytecode cache tag
+    runtime: str = "dmlpatch.runtime"  # what its sites call (see dmlpatch.runtime_as_written)
 
 
 _lock = threading.Lock()
@@ -47,6 +48,8 @@ _gate: Optional[Callable[[], bool]] = None
 _watched: dict[str, list[Callable[[types.ModuleType], None]]] = {}
 _rewritten: set[str] = set()  # modules this hook loaded (and so rewrote)
 _discovery: Optional[Discovery] = None
+
+
 #: Whether the device is already known to need no patches (a usable CUDA GPU). Discovery asks
 #: it instead of the gate, because answering the gate imports torch, and discovery sees modules
 #: that load while torch itself is being imported.
@@ -184,8 +187,8 @@ class _Finder:
             spec.loader = _RewritingLoader(fullname, source, entry)
         elif discovery is not None and source is not None and not _known_unneeded():
             decision = discovery.decide(fullname, source)
-            if decision is not None and decision.rewrite:
-                found = ModuleTarget(fullname, DISCOVERED, 0, DISCOVERED)
+            if decision is not None and decision.runtime is not None:
+                found = ModuleTarget(fullname, DISCOVERED, 0, decision.runtime, decision.runtime)
                 spec.loader = _RewritingLoader(fullname, source, found)
         if watchers is not None and spec.loader is not None:
             spec.loader = _NotifyingLoader(spec.loader)
@@ -268,7 +271,7 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
     ) -> tuple[types.CodeType, list[Site]]:
         from dmlpatch.rewrite import rewrite
 
-        result = rewrite(data, path)
+        result = rewrite(data, path, self.target.runtime)
         if not result.sites or len(result.sites) < self.target.expect_sites:
             # Stale spec: the rewritten tree is not trusted. Without sites the source compiles
             # to the same code, and compiling source is not limited by the recursion depth as
@@ -278,6 +281,8 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
 
 
 def _account(target: ModuleTarget, sites: list[Site], cached: bool) -> None:
+    if target.runtime != ModuleTarget._field_defaults["runtime"]:
+        return  # kept as written: discovery has said why
     found = len(sites)
     if found < target.expect_sites:
         log.warn_once(

@@ -104,7 +104,7 @@ def snapshot() -> dict[str, Any]:
         "scope": _scope(),
         "patches": patches,
         "rewritten": rewritten,
-        "left_unrewritten": unrewritten,
+        "kept_as_written": unrewritten,
     }
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():

@@ -76,14 +76,17 @@ def find_sites(source: Union[str, bytes], filename: str = "<unknown>") -> list[S
     return rewrite(source, filename).sites
 
 
-def rewrite(source: Union[str, bytes], filename: str = "<unknown>") -> Rewritten:
-    """Parse ``source`` and reroute its CUDA device sites; raises ``SyntaxError`` like compile."""
+def rewrite(
+    source: Union[str, bytes], filename: str = "<unknown>", runtime: str = _RUNTIME_MODULE
+) -> Rewritten:
+    """Parse ``source`` and reroute its CUDA device sites to ``runtime`` (imported as
+    ``__dmlpatch__``); raises ``SyntaxError`` like compile."""
     tree = ast.parse(source, filename)
     transformer = _Transformer(_Names.of(tree), _Lines(source))
     transformer.transform(tree)
     sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
     if sites:
-        _insert_runtime_import(tree)
+        _insert_runtime_import(tree, runtime)
     unanswered = transformer.unanswered | transformer.names.unanswered
     return Rewritten(tree, sites, tuple(sorted(unanswered)))
 
@@ -487,8 +490,8 @@ def _located(node: _Node, like: ast.AST) -> _Node:
     return node
 
 
-def _insert_runtime_import(tree: ast.Module) -> None:
-    """``import dmlpatch.runtime as __dmlpatch__`` after the docstring and ``__future__``."""
+def _insert_runtime_import(tree: ast.Module, runtime: str) -> None:
+    """``import <runtime> as __dmlpatch__`` after the docstring and ``__future__``."""
     body = tree.body
     index = 0
     first = body[0] if body else None
@@ -502,5 +505,5 @@ def _insert_runtime_import(tree: ast.Module) -> None:
         index += 1
     # The import borrows the line of the statement it precedes: it has no line of its own.
     anchor = body[min(index, len(body) - 1)]
-    statement = ast.Import([ast.alias(_RUNTIME_MODULE, ALIAS)])
+    statement = ast.Import([ast.alias(runtime, ALIAS)])
     body.insert(index, _located(statement, anchor))
