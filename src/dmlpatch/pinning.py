@@ -17,10 +17,10 @@ in its own words::
         The user requested (constraint) torch==2.4.1
 
 Nothing else of the pin reaches pip's output: pip shows a constraint's name and versions, never
-its file's comments or path, and has no hook for a line of ours. Saying why — this is
-torch-directml's pin, here is what to do — is left to ``dmlpatch status`` and ``dmlpatch
-doctor``, and to the comment at the top of the constraints file (``pip config list`` names it);
-dmlpatch does not wrap pip to say more.
+its file's comments or path, and no pip setting prints a message of ours; only code running
+inside pip could, and dmlpatch does not wrap pip. Saying why — this is torch-directml's pin,
+here is what to do — is left to ``dmlpatch status`` and ``dmlpatch doctor``, and to the comment
+at the top of the constraints file (``pip config list`` names it).
 
 Only the site file is written. One the user already has is edited in place (see pip_config) and
 given back byte for byte by ``dmlpatch unpin``. A constraint the global or user files gave
@@ -88,13 +88,19 @@ def directml_pins() -> Optional[Pins]:
     return Pins(distribution.version, found)
 
 
+_RECORDED = {
+    *("origin", "site_file", "existed", "mode", "written", "inherited"),
+    *("created_section", "created_key", "sha256", "pins", "torch_directml"),
+}
+
+
 def state() -> Optional[dict[str, Any]]:
     """What ``pin`` recorded, or None when this environment is not pinned."""
     try:
         data = json.loads((directory() / "state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return data if isinstance(data, dict) and set(data) >= _RECORDED else None
 
 
 # -- pin and unpin ------------------------------------------------------------------------------
@@ -119,7 +125,7 @@ def pin(origin: str = "pin") -> Outcome:
         )
     site = pip_config.site_file()
     previous = state()
-    original = _original_content(previous, site)
+    original, _ = _without_pin(previous, site)
     content = _constraints_text(pins)
     outer = pip_config.outer_files()
     inherited = pip_config.install_constraints(
@@ -157,7 +163,7 @@ def pin(origin: str = "pin") -> Outcome:
         _write(directory() / "site-file-before-pin", original)
     else:
         (directory() / "site-file-before-pin").unlink(missing_ok=True)
-    _write(site, merged)  # last: pip never sees a name of a file not yet written
+    _write(site, merged, _mode(site))  # last: pip never sees a name of a file not yet written
     return Outcome(
         True,
         f"pinned {listed} ({DISTRIBUTION} {pins.version}'s requirements) for every pip install "
@@ -170,27 +176,17 @@ def unpin(origin: Optional[str] = None) -> Optional[Outcome]:
     recorded = state()
     if recorded is None or (origin is not None and recorded.get("origin") != origin):
         return None
-    site = Path(recorded.get("site_file") or pip_config.site_file())
-    current = _read(site)
-    if current is not None and hashlib.sha256(current).hexdigest() == recorded.get("sha256"):
-        before = _read(directory() / "site-file-before-pin")
-        if recorded.get("existed") and before is not None:
-            _write(site, before)
-            _chmod(site, recorded.get("mode"))
-            said = f"restored {site} as it was before dmlpatch pin"
-        else:
-            _remove(site)
-            said = f"removed {site} (dmlpatch pin had created it)"
-    elif current is not None and _names_pin(current, str(site)):
-        added = recorded["written"]
-        stripped = pip_config.without_tokens(
-            current, str(site), added, recorded["created_key"], recorded["created_section"]
-        )
-        if stripped.strip():
-            _write(site, stripped)
-        else:
-            _remove(site)
+    site = Path(recorded["site_file"])
+    content, how = _without_pin(recorded, site)
+    if how == RESTORED:
+        _write(site, content or b"", recorded["mode"])
+        said = f"restored {site} as it was before dmlpatch pin"
+    elif how == STRIPPED and content is not None:
+        _write(site, content, _mode(site))
         said = f"took dmlpatch's constraint out of {site}, keeping the changes made since the pin"
+    elif how in (CREATED, STRIPPED):
+        _remove(site)
+        said = f"removed {site} (dmlpatch pin had created it)"
     else:
         said = f"{site} no longer named the pin"
     _remove_tree(directory())
@@ -367,20 +363,36 @@ def _constraints_text(pins: Pins) -> str:
     )
 
 
-def _original_content(previous: Optional[dict[str, Any]], site: Path) -> Optional[bytes]:
-    """The site file as it would be without the pin."""
+RESTORED, CREATED, STRIPPED, UNPINNED = "restored", "created", "stripped", "unpinned"
+
+
+def _without_pin(
+    recorded: Optional[dict[str, Any]], site: Path
+) -> tuple[Optional[bytes], Optional[str]]:
+    """The site file as it would be without the pin (None: no file), and how that was found.
+
+    Unchanged since the pin: the copy kept (``RESTORED``) or no file (``CREATED``). Changed
+    since, but still naming the pin: the pin taken out of it (``STRIPPED``). Otherwise as it is.
+    """
     current = _read(site)
-    if previous is None:
-        return current
-    if current is not None and hashlib.sha256(current).hexdigest() == previous.get("sha256"):
-        return _read(directory() / "site-file-before-pin") if previous.get("existed") else None
+    if recorded is None:
+        return current, None
+    as_pinned = current is not None and hashlib.sha256(current).hexdigest() == recorded["sha256"]
+    before = _read(directory() / "site-file-before-pin") if recorded["existed"] else None
+    if as_pinned and not recorded["existed"]:
+        return None, CREATED
+    if as_pinned and before is not None:
+        return before, RESTORED
     if current is not None and _names_pin(current, str(site)):
-        added = previous["written"]
         stripped = pip_config.without_tokens(
-            current, str(site), added, previous["created_key"], previous["created_section"]
+            current,
+            str(site),
+            recorded["written"],
+            recorded["created_key"],
+            recorded["created_section"],
         )
-        return stripped if stripped.strip() else None
-    return current
+        return (stripped if stripped.strip() or recorded["existed"] else None), STRIPPED
+    return current, UNPINNED
 
 
 def _names_pin(content: bytes, name: str) -> bool:
@@ -405,13 +417,8 @@ def _mode(path: Path) -> Optional[int]:
         return None
 
 
-def _chmod(path: Path, mode: Optional[int]) -> None:
-    if mode is not None:
-        os.chmod(path, mode)
-
-
-def _write(path: Path, content: bytes) -> None:
-    """Atomically: a crash leaves the old file whole, never a torn one."""
+def _write(path: Path, content: bytes, mode: Optional[int] = None) -> None:
+    """Atomically (a crash leaves the old file whole, never a torn one), with ``mode`` or 644."""
     try:
         path.parent.mkdir(exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=".dmlpatch-", dir=path.parent)
@@ -425,7 +432,7 @@ def _write(path: Path, content: bytes) -> None:
             stream.write(content)
             stream.flush()
             os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)
+        os.chmod(temporary, 0o644 if mode is None else mode)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
