@@ -62,6 +62,9 @@ CASES = [
     Case("device-no-value", ("--device",), 2, r"--device needs a value"),
     Case("device-env-unknown", (OK,), 2, r"unknown device spec 'gpu'", {"DMLPATCH_DEVICE": "gpu"}),
     Case("device-dml-missing", ("--device", "dml", OK), 2, r"torch-directml is not installed"),
+    Case("scope-unknown", ("--scope", "most", OK), 2, r"unknown scope 'most'; expected one of"),
+    Case("scope-no-value", ("--scope",), 2, r"--scope needs a value: all, project or specs"),
+    Case("scope-env-unknown", (OK,), 2, r"unknown scope 'most'", {"DMLPATCH_SCOPE": "most"}),
     Case(
         "device-sim-adapter",
         ("--device", "sim:5", OK),

@@ -20,6 +20,8 @@ usage: dmlpatch activate [--device SPEC] [--pin]
 
 Start dmlpatch in every Python process of this environment: writes dmlpatch-activate.pth into
 site-packages. DMLPATCH_DISABLE=1 turns it off for one process; dmlpatch deactivate removes it.
+Their scripts, own modules and libraries are rewritten as under python -m dmlpatch; set
+DMLPATCH_SCOPE=project or specs in their environment for less.
 
   --device SPEC   the device those processes use (default auto; see dmlpatch --help)
   --pin           also pin torch-directml's torch and torchvision for every later pip install
