@@ -131,7 +131,13 @@ def test_installed_pack_patches_its_library(venv_with_target: str, tmp_path: Pat
         listing = run_python(["-m", "dmlpatch", "list"], python=python)
         assert "cudalib: cudalib <3,>=2 (installed 2.0; active)" in listing.out
 
+        # Without the pack its fix is gone; discovery still rewrites the library's sites,
+        # unless the scope is only what specs name.
         code, out, err = _run(python, tmp_path, DMLPATCH_DISABLE_PATCHES="cudapack")
+        assert code == 0 and out == "privateuseone:0 ('w', 'privateuseone:0')\n"
+        code, out, err = _run(
+            python, tmp_path, DMLPATCH_DISABLE_PATCHES="cudapack", DMLPATCH_SCOPE="specs"
+        )
         assert code == 0 and out == "cpu ('w', 'cuda')\n"
     finally:
         run_python(["-m", "pip", "uninstall", "--quiet", "-y", "cudapack"], python=python)
@@ -155,6 +161,9 @@ def test_broken_pack_is_skipped_with_one_warning(
     _install(python, _project(tmp_path / "pack", _pack(spec, fix_module)))
     try:
         code, out, err = _run(python, tmp_path)
+        assert code == 0, err
+        assert out == "privateuseone:0 ('w', 'privateuseone:0')\n"  # discovered, not fixed
+        code, out, err = _run(python, tmp_path, DMLPATCH_SCOPE="specs")
         assert code == 0, err
         assert out == "cpu ('w', 'cuda')\n"
         warnings = [line for line in err if "warning" in line]

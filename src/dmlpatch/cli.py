@@ -287,8 +287,8 @@ def _activate(arguments: list[str]) -> int:
         raise UsageError(f"activate takes only --device and --pin; unexpected {options.rest[0]!r}")
     if options.scope is not None:
         raise UsageError(
-            "activate takes only --device and --pin; for a narrower scope set DMLPATCH_SCOPE in the "
-            "environment the programs run in"
+            "activate takes only --device and --pin; for a narrower scope set DMLPATCH_SCOPE "
+            "in the environment the programs run in"
         )
     path, changed = activation.activate(options.device or "auto")
     state = "activated" if changed else "already activated"

@@ -81,6 +81,8 @@ def build() -> dict[str, Any]:
         for leave in spec.leaves:
             if leave.versions.contains(installed, prereleases=True):
                 leaves.extend([module, spec.name, leave.why, False] for module in leave.modules)
+    for pack, message, reason in specs.skipped_packs():
+        warnings.append([f"pack:{pack}", message, pack, reason])
     for name in specs.unmatched_disabled():
         warnings.append(
             [

@@ -316,7 +316,19 @@ def _pack_directories() -> list[tuple[Optional[str], Path]]:
 def _skip_pack(name: str, reason: str) -> None:
     from dmlpatch import log
 
-    log.warn_once(f"pack:{name}", f"patch pack {name!r} skipped: {reason}")
+    message = f"patch pack {name!r} skipped: {reason}"
+    _skipped_packs.append((name, message, reason))
+    log.warn_once(f"pack:{name}", message)
+
+
+#: (pack, message, reason) for each pack skipped while loading: the plan keeps them, so a
+#: process that reads the cached plan still says why a pack is not active.
+_skipped_packs: list[tuple[str, str, str]] = []
+
+
+def skipped_packs() -> list[tuple[str, str, str]]:
+    """The packs skipped so far in this process, and why."""
+    return list(_skipped_packs)
 
 
 def _disabled() -> set[str]:
