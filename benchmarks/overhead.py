@@ -6,7 +6,8 @@
 1b. import time of torch + transformers (a large library with many modules, in discovery's
    scope `all`) with and without the hook, warm caches (target <= 1.05x), and the cold figure
    (no discovery index, no rewritten bytecode) for reference
-2. runner start-up over plain python for an empty script (target <= +20 ms)
+2. runner start-up over plain python for an empty script, default device (target <= +20 ms);
+   an activated environment's process that never imports torch (target <= +20 ms)
 3. cold vs warm import of a rewritten target module (the bytecode cache)
 4. per-call cost, from user code, of torch.device / torch.zeros / .to / .is_cuda: plain torch vs
    dmlpatch active (target 1.00x) vs a global-patching peer (cuda-morph, installed into a
@@ -158,15 +159,40 @@ def transformers_import(rounds: int, workdir: Path) -> None:
 def runner_startup(rounds: int, workdir: Path) -> None:
     empty = workdir / "empty.py"
     empty.write_text("")
-    wall(["-m", "dmlpatch", "--device", "cpu", str(empty)])  # pyc files and the patch plan
+    # The default device spec (auto): resolving it imports torch, which must wait for the
+    # program; an empty script never imports it.
+    wall(["-m", "dmlpatch", str(empty)])  # pyc files and the patch plan
     plain, runner = median_pair(
         lambda: wall([str(empty)]),
-        lambda: wall(["-m", "dmlpatch", "--device", "cpu", str(empty)]),
+        lambda: wall(["-m", "dmlpatch", str(empty)]),
         rounds,
     )
     print(
         f"empty script           python {plain * 1e3:6.1f} ms   python -m dmlpatch "
         f"{runner * 1e3:6.1f} ms   +{(runner - plain) * 1e3:.1f} ms (target <= +20 ms)"
+    )
+
+
+def activation_startup(rounds: int, workdir: Path) -> None:
+    """A process of an activated environment that never imports torch (pip, a linter)."""
+    from dmlpatch import activation
+
+    plain_site, activated_site = workdir / "plain-site", workdir / "activated-site"
+    plain_site.mkdir()
+    activated_site.mkdir()
+    guard = str(Path(activation.__file__).with_name("bootstrap.py"))
+    line = activation._LINE.format(device="auto", guard=guard)
+    (activated_site / activation.PTH_NAME).write_text(line)
+    script = "import site, sys; site.addsitedir(sys.argv[1])"
+    wall(["-c", script, str(activated_site)])
+    plain, activated = median_pair(
+        lambda: wall(["-c", script, str(plain_site)]),
+        lambda: wall(["-c", script, str(activated_site)]),
+        rounds,
+    )
+    print(
+        f"activated, no torch    python {plain * 1e3:6.1f} ms   with the .pth "
+        f"{activated * 1e3:6.1f} ms   +{(activated - plain) * 1e3:.1f} ms (target <= +20 ms)"
     )
 
 
@@ -270,6 +296,7 @@ def main() -> None:
         import_overhead(args.rounds)
         transformers_import(args.rounds, workdir)
         runner_startup(args.rounds, workdir)
+        activation_startup(args.rounds, workdir)
         target_import(args.rounds, workdir)
         per_call(workdir, max(3, args.rounds // 2))
 

@@ -51,7 +51,12 @@ class Case:
 
 
 OK = "{inputs}/ok.py"
+# Checks that need torch are made when the program first imports it (settings a program makes
+# before its own import of torch must hold), so their cases run a program that imports it.
+TORCH_OK = "{inputs}/torch_ok.py"
 RUNS = frozenset({"plans"})  # a program that runs leaves dmlpatch's plan cache
+# ... and one that imports torch, discovery's verdicts on the libraries torch imports
+TORCH_RUNS = RUNS | {"discovery"}
 
 CASES = [
     # device specs
@@ -229,19 +234,21 @@ CASES = [
     ),
     Case(
         "cpu-ops-not-an-op",
-        ("--device", "sim", OK),
+        ("--device", "sim", TORCH_OK),
         2,
         r"DMLPATCH_CPU_OPS: 'index_add' is not an operator name like aten::index_add",
         {"DMLPATCH_CPU_OPS": "index_add"},
         needs=frozenset({SIM}),
+        cache=TORCH_RUNS,
     ),
     Case(
         "cpu-ops-unknown-op",
-        ("--device", "sim", OK),
+        ("--device", "sim", TORCH_OK),
         2,
         r"DMLPATCH_CPU_OPS: no operator named 'aten::no_such_op'",
         {"DMLPATCH_CPU_OPS": "aten::no_such_op"},
         needs=frozenset({SIM}),
+        cache=TORCH_RUNS,
     ),
     Case(
         "cache-dir-is-a-file",
@@ -353,6 +360,7 @@ DEBUG_IDS = [
 def _prepare_inputs(inputs: Path) -> None:
     files = {
         "ok.py": b"print('ok')\n",
+        "torch_ok.py": b"import torch\nprint('ok')\n",
         "syntax.py": b"def f(:\n    pass\n",
         "latin1.py": b"name = '\xe9t\xe9'\nprint(name)\n",
         "unreadable.py": b"print('secret')\n",

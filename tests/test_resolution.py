@@ -121,11 +121,15 @@ def _stand_in(tmp_path: Path, body: str) -> Path:
     return package.parent
 
 
+# Only an import of torch-directml (and so of torch) shows these failures: dmlpatch makes it
+# when the program imports torch, never before (tests/test_startup_order.py).
 @pytest.mark.parametrize("mode", sorted(STAND_INS))
 def test_dml_unavailable_is_one_line_and_exit_2(tmp_path: Path, mode: str) -> None:
     body, expected = STAND_INS[mode]
     script = tmp_path / "program.py"
-    script.write_text("raise SystemExit('the program must not run')\n", encoding="utf-8")
+    script.write_text(
+        "import torch\nraise SystemExit('the program must not run')\n", encoding="utf-8"
+    )
     env = clean_env(PYTHONPATH=str(_stand_in(tmp_path, body)))
     result = run_python(["-m", "dmlpatch", "--device", "dml", str(script)], env=env)
     assert result.code == 2, result.err
@@ -150,7 +154,7 @@ def test_dml_not_installed(tmp_path: Path) -> None:
 def test_auto_with_broken_directml_runs_on_cpu_and_names_the_reason(tmp_path: Path) -> None:
     body, expected = STAND_INS["unknown-error"]
     script = tmp_path / "program.py"
-    script.write_text("print('ran')\n", encoding="utf-8")
+    script.write_text("import torch\nprint('ran')\n", encoding="utf-8")
     env = clean_env(PYTHONPATH=str(_stand_in(tmp_path, body)))
     result = run_python(["-m", "dmlpatch", str(script)], env=env)
     assert result.code == 0, result.err
@@ -169,7 +173,7 @@ def test_pin_mismatch_names_the_fix(tmp_path: Path, fake_distribution) -> None:
     (site / "torch_directml").mkdir()
     (site / "torch_directml" / "__init__.py").write_text(body + "\n")
     script = tmp_path / "program.py"
-    script.write_text("pass\n")
+    script.write_text("import torch\n")
     result = run_python(
         ["-m", "dmlpatch", "--device", "dml", str(script)], env=clean_env(PYTHONPATH=str(site))
     )
@@ -199,7 +203,7 @@ def test_unknown_spec_from_command_line_and_environment(tmp_path: Path) -> None:
 
 def test_real_torch_directml_without_d3d12(real_torch_directml: Path, tmp_path: Path) -> None:
     script = tmp_path / "program.py"
-    script.write_text("print('ran')\n")
+    script.write_text("import torch\nprint('ran')\n")
     result = run_python(
         ["-m", "dmlpatch", "--device", "dml", str(script)],
         env=clean_env(PYTHONPATH=str(real_torch_directml)),
@@ -219,7 +223,7 @@ def test_real_torch_directml_against_another_torch(
     import torch
 
     script = tmp_path / "program.py"
-    script.write_text("print('ran')\n")
+    script.write_text("import torch\nprint('ran')\n")
     env = clean_env(
         PYTHONPATH=str(real_torch_directml),
         LD_LIBRARY_PATH=str(real_torch_directml / "torch_directml"),

@@ -11,7 +11,7 @@ import atexit
 import os
 from typing import Optional
 
-from dmlpatch import engine, log, main_script, spawn_main
+from dmlpatch import announce, engine, log, main_script, spawn_main
 from dmlpatch.errors import DmlpatchError
 
 REPORT_VAR = "DMLPATCH_REPORT"
@@ -36,6 +36,10 @@ def startup(device: Optional[str] = None, main: bool = True) -> None:
         log.say(f"warning: patches not active in this process: {error}")
         return
     _active = True
+    if "LOCAL_RANK" in os.environ and announce.speaks_here():
+        from dmlpatch import resolution
+
+        resolution.when_resolved(announce.resolved)
     spawn_main.install()
     destination = os.environ.get(REPORT_VAR)
     if destination:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from dmlpatch import log
 from dmlpatch._version import __version__
 from dmlpatch.errors import DmlpatchError, UsageError
+
+if TYPE_CHECKING:
+    from dmlpatch.resolution import Resolution
 
 USAGE = """\
 usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args...]
@@ -195,11 +198,12 @@ def _looks_like_command(argument: str) -> bool:
 
 
 def _prepare(options: Options) -> bool:
-    """Resolve the device (one-line errors here, before the program starts), then patch.
+    """Check what can be checked without torch (one-line errors, before the program starts),
+    then patch; the device is resolved when the program first imports torch.
 
     Returns whether patches are active.
     """
-    from dmlpatch import engine, resolution
+    from dmlpatch import engine, hook, resolution
 
     if options.verbose:
         os.environ["DMLPATCH_VERBOSE"] = "1"
@@ -210,21 +214,42 @@ def _prepare(options: Options) -> bool:
     scope_text = options.scope or os.environ.get("DMLPATCH_SCOPE")
     scope = _scope(scope_text) if scope_text else None  # a bad one is exit 2, before anything
     resolution.configure(spec)
-    chosen = resolution.current()
-    if not chosen.patches_needed:
-        log.say(f"{chosen.why}; dmlpatch leaves it alone")
-        return False
+    resolution.precheck()
     _propagate_to_children(spec)
     engine.activate(spec, scope)  # a malformed patch spec stops here, before anything is said
-    where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
-    if "LOCAL_RANK" not in os.environ:  # torchrun workers: the launcher said it for the job
-        log.say(f"running on {where}: {chosen.why}")
+    resolution.when_resolved(_resolved)
+    hook.when_imported("torch", _resolve_at_torch_import)
     return True
+
+
+def _resolve_at_torch_import(torch: object) -> None:
+    """The program imported torch: resolve now, or stop with the error's one line and code."""
+    from dmlpatch import resolution
+
+    if resolution.resolving():
+        return  # that resolution imported torch; it finishes (or fails) on its own
+    try:
+        resolution.current()
+    except DmlpatchError as error:
+        log.say(f"error: {error}")
+        raise SystemExit(error.exit_code) from None
+
+
+def _resolved(chosen: Resolution) -> None:
+    from dmlpatch import announce, engine
+
+    if not chosen.patches_needed:
+        engine.deactivate()  # modules rewritten so far pass each call through to CUDA
+    if "LOCAL_RANK" not in os.environ:  # a torchrun worker's line is said by rank 0's start-up
+        announce.resolved(chosen)
 
 
 def _propagate_to_children(spec: str) -> None:
     """Children (subprocess, spawn workers, DDP ranks) start patched through sitecustomize."""
+    from dmlpatch import announce
+
     os.environ["DMLPATCH_DEVICE"] = spec
+    os.environ[announce.RANK_ZERO_VAR] = "1"
     paths = os.environ.get("PYTHONPATH", "")
     if CHILD_DIRECTORY not in paths.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHILD_DIRECTORY, paths) if p)

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 _UNDEFINED_SYMBOL = "undefined symbol"
+_NOT_INSTALLED = "torch-directml is not installed (pip install torch-directml; Windows or WSL2)"
+_NO_DXG = (
+    "torch-directml found no /dev/dxg (WSL2's GPU device); DirectML works only on Windows and WSL2"
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,18 @@ def probe() -> DirectML:
     return _probed
 
 
+def precheck() -> Optional[str]:
+    """Why torch-directml cannot work here, as far as that shows without importing it (and
+    torch); None when only importing it can tell."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch_directml") is None:
+        return _NOT_INSTALLED
+    # Without /dev/dxg it fails too, but an import failure (the torch pin, a missing D3D12
+    # library) says more: that waits for the import.
+    return None
+
+
 def forget() -> None:
     """Drop the cached answer (tests and ``doctor`` re-probe after changing the environment)."""
     global _probed
@@ -53,9 +69,7 @@ def _probe() -> DirectML:
     except ModuleNotFoundError as error:
         if error.name != "torch_directml":
             return DirectML(False, f"torch-directml failed to import: {_first_line(error)}")
-        return DirectML(
-            False, "torch-directml is not installed (pip install torch-directml; Windows or WSL2)"
-        )
+        return DirectML(False, _NOT_INSTALLED)
     except OSError as error:
         return DirectML(
             False,
@@ -75,12 +89,7 @@ def _probe() -> DirectML:
     ):
         # Outside WSL2 the D3D12 libraries it loads answer from uninitialised memory: queries
         # fail with "Unknown error -NNN" or crash the process (SIGSEGV), so none is made.
-        return DirectML(
-            False,
-            "torch-directml found no /dev/dxg (WSL2's GPU device); "
-            "DirectML works only on Windows and WSL2",
-            module=torch_directml,
-        )
+        return DirectML(False, _NO_DXG, module=torch_directml)
     try:
         if not torch_directml.is_available():
             return DirectML(

@@ -22,13 +22,15 @@ python does; ``SystemExit`` and ``KeyboardInterrupt`` pass through.
 
 from __future__ import annotations
 
-import ast
 import os
 import sys
 import types
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from dmlpatch import log
+
+if TYPE_CHECKING:
+    import ast
 
 
 def arm_for_activation() -> None:
@@ -122,6 +124,8 @@ def _main_frame(main: types.ModuleType) -> Optional[types.FrameType]:
 
 def _only_imports_before(tree: ast.Module, line: int, source: bytes) -> bool:
     """Whether every statement before ``line`` is a docstring or an import."""
+    import ast
+
     for index, statement in enumerate(tree.body):
         if statement.lineno >= line:
             return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from dmlpatch.errors import DeviceUnavailable, UsageError
 
@@ -122,6 +122,8 @@ class Resolution(NamedTuple):
 _lock = threading.RLock()
 _configured: Optional[str] = None
 _current: Optional[Resolution] = None
+_resolving = False
+_listeners: list[Callable[[Resolution], None]] = []
 
 
 def configure(spec: Optional[str]) -> None:
@@ -130,6 +132,8 @@ def configure(spec: Optional[str]) -> None:
     if spec is not None:
         parse(spec)
     with _lock:
+        if spec == _configured:
+            return  # already configured, perhaps resolved: keep the answer
         _configured = spec
         _current = None
 
@@ -139,16 +143,65 @@ def configured_spec() -> str:
 
 
 def current() -> Resolution:
-    """The process's resolution, computed once."""
-    global _current
+    """The process's resolution, computed once; listeners hear of it as soon as it exists."""
+    global _current, _resolving
     with _lock:
         if _current is None:
-            _current = resolve(configured_spec())
+            _resolving = True
+            try:
+                resolved = resolve(configured_spec())
+            finally:
+                _resolving = False
+            _current = resolved
+            for listener in _listeners:
+                listener(resolved)
         return _current
+
+
+def resolving() -> bool:
+    """Whether a resolution is under way (it imports torch, which must not start another)."""
+    return _resolving
+
+
+def when_resolved(listener: Callable[[Resolution], None]) -> None:
+    """Call ``listener`` with the resolution once it is made (now, if it already was)."""
+    with _lock:
+        if _current is not None:
+            listener(_current)
+        else:
+            _listeners.append(listener)
 
 
 def resolved_or_none() -> Optional[Resolution]:
     return _current
+
+
+def precheck() -> Optional[Resolution]:
+    """Before the program runs: refuse what is wrong without importing torch, and resolve a
+    spec that needs no torch (``cpu``). None: resolving must wait for torch.
+
+    A program's settings before its own ``import torch`` (``OMP_NUM_THREADS``,
+    ``CUDA_VISIBLE_DEVICES``, warning filters) hold only if torch is not imported for it.
+    """
+    global _current
+    spec = parse(configured_spec())
+    if spec.kind == "cpu":
+        with _lock:
+            _current = _resolve_cpu(spec)
+            for listener in _listeners:
+                listener(_current)
+            return _current
+    if spec.kind == "dml":
+        from dmlpatch import directml
+
+        reason = directml.precheck()
+        if reason is not None:
+            raise DeviceUnavailable(f"DirectML unavailable: {reason}")
+    if spec.kind == "sim":
+        from dmlpatch import sim
+
+        _select(spec, tuple(sim.precheck()), "simulated DirectML")
+    return None
 
 
 def resolve(text: str) -> Resolution:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Union
 
+from dmlpatch import announce as _announce
 from dmlpatch import resolution as _resolution
 
 #: The name under which rewritten modules see this module.
@@ -177,7 +178,9 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
         return spec
     if not resolution.is_accelerator:
         return "cpu"
-    return f"{resolution.type}:{_target_index(ordinal)}"
+    target = f"{resolution.type}:{_target_index(ordinal)}"
+    _announce.device_used()
+    return target
 
 
 def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from dmlpatch import resolution, runtime
+from dmlpatch import announce, resolution, runtime
 from dmlpatch.fixes._arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"
@@ -65,6 +65,7 @@ def select_device(
     global _current_index
     with _lock:
         _current_index = chosen.index or 0
+    announce.device_used()
     if bound.arguments.get("verbose", True):
         _log_selection(wrapped, chosen, bool(bound.arguments.get("newline", False)))
     return chosen

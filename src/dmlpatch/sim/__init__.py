@@ -30,6 +30,7 @@ __all__ = [
     "device_name",
     "is_loaded",
     "load",
+    "precheck",
     "profile",
     "profiles",
     "reset_counters",
@@ -46,6 +47,16 @@ def load(profile: str | None = None) -> None:
     from dmlpatch.sim import backend
 
     backend.load(profile)
+
+
+def precheck(profile: str | None = None) -> list[str]:
+    """What :func:`load` would refuse that needs no torch (profile, environment); the adapter
+    names :func:`load` would give. Raises :class:`~dmlpatch.errors.DeviceUnavailable`."""
+    from dmlpatch.sim import backend
+
+    _profiles.resolve(profile)
+    devices = backend.env_settings()[0]
+    return [_state.device_name(index, devices) for index in range(devices)]
 
 
 def is_loaded() -> bool:

@@ -24,9 +24,12 @@ def float64() -> bool:
     return CURRENT.float64 if CURRENT is not None else True
 
 
-def device_name(index: int) -> str:
-    """Adapter names, ordered as DirectML orders them: discrete adapters, then integrated."""
-    count = device_count()
+def device_name(index: int, count: int | None = None) -> str:
+    """Adapter names, ordered as DirectML orders them: discrete adapters, then integrated.
+
+    ``count``: the adapters there are (default: those loaded).
+    """
+    count = device_count() if count is None else count
     if count > 1 and index == count - 1:
         return "Simulated UHD (integrated)"
     if index == 0:

@@ -31,7 +31,8 @@ class _TorchDirectmlBlocker(importlib.abc.MetaPathFinder):
             )
 
 
-def _env_settings() -> tuple[int, bool, bool, str]:
+def env_settings() -> tuple[int, bool, str]:
+    """Adapters, float64 support and fault from the environment; checked without torch."""
     raw = os.environ.get(DEVICES_ENV, "1")
     try:
         devices = int(raw)
@@ -43,9 +44,7 @@ def _env_settings() -> tuple[int, bool, bool, str]:
     if fault and fault not in FAULTS:
         raise DeviceUnavailable(f"unknown {FAULT_ENV} {fault!r}; valid values: {', '.join(FAULTS)}")
     float64 = os.environ.get(FLOAT64_ENV, "1") != "0"
-    from dmlpatch.sim.counting import trace_requested
-
-    return devices, float64, trace_requested(), fault
+    return devices, float64, fault
 
 
 def _check_backend_free() -> None:
@@ -79,7 +78,10 @@ def load(profile: str | None = None) -> None:
                     f"{_state.CURRENT.profile!r}; profiles cannot change within a process"
                 )
             return
-        devices, float64, trace, fault = _env_settings()
+        devices, float64, fault = env_settings()
+        from dmlpatch.sim.counting import trace_requested
+
+        trace = trace_requested()
         _check_backend_free()
         _load(chosen, devices, float64, trace, fault)
 
