@@ -35,13 +35,9 @@ def resolved(chosen: Resolution) -> None:
         on_first_use(f"running on {where}: {chosen.why}")
 
 
-def speaks_here() -> bool:
-    """Whether this process says the line: the runner's own process (not a torchrun worker), or
-    a runner's torchrun worker of local rank 0."""
-    rank = os.environ.get("LOCAL_RANK")
-    if rank is None:
-        return True
-    return rank == "0" and os.environ.get(RANK_ZERO_VAR) == "1"
+def rank_zero_worker() -> bool:
+    """Whether this process is the local-rank-0 torchrun worker of a runner's job."""
+    return os.environ.get("LOCAL_RANK") == "0" and os.environ.get(RANK_ZERO_VAR) == "1"
 
 
 def on_first_use(line: str) -> None:

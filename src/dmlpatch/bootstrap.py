@@ -36,7 +36,7 @@ def startup(device: Optional[str] = None, main: bool = True) -> None:
         log.say(f"warning: patches not active in this process: {error}")
         return
     _active = True
-    if "LOCAL_RANK" in os.environ and announce.speaks_here():
+    if announce.rank_zero_worker():
         from dmlpatch import resolution
 
         resolution.when_resolved(announce.resolved)

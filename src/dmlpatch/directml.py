@@ -13,9 +13,6 @@ from typing import Any, Optional
 
 _UNDEFINED_SYMBOL = "undefined symbol"
 _NOT_INSTALLED = "torch-directml is not installed (pip install torch-directml; Windows or WSL2)"
-_NO_DXG = (
-    "torch-directml found no /dev/dxg (WSL2's GPU device); DirectML works only on Windows and WSL2"
-)
 
 
 @dataclass(frozen=True)
@@ -89,7 +86,12 @@ def _probe() -> DirectML:
     ):
         # Outside WSL2 the D3D12 libraries it loads answer from uninitialised memory: queries
         # fail with "Unknown error -NNN" or crash the process (SIGSEGV), so none is made.
-        return DirectML(False, _NO_DXG, module=torch_directml)
+        return DirectML(
+            False,
+            "torch-directml found no /dev/dxg (WSL2's GPU device); "
+            "DirectML works only on Windows and WSL2",
+            module=torch_directml,
+        )
     try:
         if not torch_directml.is_available():
             return DirectML(

@@ -183,14 +183,9 @@ def precheck() -> Optional[Resolution]:
     A program's settings before its own ``import torch`` (``OMP_NUM_THREADS``,
     ``CUDA_VISIBLE_DEVICES``, warning filters) hold only if torch is not imported for it.
     """
-    global _current
     spec = parse(configured_spec())
     if spec.kind == "cpu":
-        with _lock:
-            _current = _resolve_cpu(spec)
-            for listener in _listeners:
-                listener(_current)
-            return _current
+        return current()  # resolving "cpu" imports nothing
     if spec.kind == "dml":
         from dmlpatch import directml
 
