@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
 from dmlpatch._version import __version__
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 __all__ = ["__version__", "activate", "describe", "device", "unpatch"]
 

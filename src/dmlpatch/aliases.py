@@ -8,17 +8,20 @@ so the alias exists only where the real module is missing.
 
 from __future__ import annotations
 
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import importlib
 import importlib.machinery
 import sys
-import threading
 import types
-from collections.abc import Sequence
-from typing import Optional
 
 from dmlpatch import log, report
 
-_lock = threading.Lock()
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Optional
+
+_lock = _thread.allocate_lock()
 _aliases: dict[str, tuple[str, str]] = {}  # alias -> (real module, spec name)
 
 

@@ -9,11 +9,13 @@ and a program that never asks for it is never told it runs there.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Optional
 
 from dmlpatch import log
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Optional
+
     from dmlpatch.resolution import Resolution
 
 #: Set by the runner for its children: torchrun's rank-0 worker speaks for the job (the

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import atexit
 import os
-from typing import Optional
 
 from dmlpatch import announce, engine, log, main_script, spawn_main
 from dmlpatch.errors import DmlpatchError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
 
 REPORT_VAR = "DMLPATCH_REPORT"
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import TYPE_CHECKING, Optional
 
 from dmlpatch import log
 from dmlpatch._version import __version__
 from dmlpatch.errors import DmlpatchError, UsageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Optional
+
     from dmlpatch.resolution import Resolution
 
 USAGE = """\

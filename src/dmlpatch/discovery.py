@@ -26,17 +26,22 @@ asks whether CUDA is available, says in one line that it stays where plain pytho
 
 from __future__ import annotations
 
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import atexit
 import contextlib
 import marshal
 import os
 import sys
-import threading
 import zlib
-from typing import NamedTuple, Optional
 
 from dmlpatch.paths import cache_directory
 from dmlpatch.report import DISCOVERED
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple, Optional
+else:
+    from dmlpatch._tuple import NamedTuple
 
 SCOPE_VAR = "DMLPATCH_SCOPE"
 SCOPES = ("all", "project", "specs")
@@ -117,7 +122,7 @@ class Discovery:
     def __init__(self, scope: str, leaves: list[Leave]) -> None:
         self.scope = scope
         self.leaves = sorted(leaves, key=lambda leave: -len(leave.prefix))
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._indexes: dict[str, _Index] = {}
         self._places: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None
         self._stdlib_names: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
@@ -279,7 +284,7 @@ class _Index:
         self.path = path
         self._entries: Optional[dict[str, tuple[int, int, int, tuple[str, ...]]]] = None
         self._new: dict[str, tuple[int, int, int, tuple[str, ...]]] = {}
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def get(self, origin: str, stamp: tuple[int, int]) -> Optional[Verdict]:
         with self._lock:
@@ -325,7 +330,7 @@ def _read(path: str) -> dict[str, tuple[int, int, int, tuple[str, ...]]]:
 
 
 def _write(path: str, entries: dict[str, tuple[int, int, int, tuple[str, ...]]]) -> bool:
-    temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    temporary = f"{path}.{os.getpid()}.{_thread.get_ident()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(temporary, "wb") as stream:

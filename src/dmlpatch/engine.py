@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 from dmlpatch import aliases, discovery, hook, log, plan, report, resolution, wrapping
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
 
 DISABLE_VAR = "DMLPATCH_DISABLE"
 

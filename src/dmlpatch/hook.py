@@ -15,18 +15,22 @@ The model is typeguard's ``_importhook``; the cache follows pytest's assertion r
 
 from __future__ import annotations
 
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import importlib.machinery
 import sys
-import threading
 import types
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 from dmlpatch import log, report
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any, Callable, NamedTuple, Optional, Union
+
     from dmlpatch.discovery import Discovery
     from dmlpatch.rewrite import Site
+else:
+    from dmlpatch._tuple import NamedTuple
 
 MAIN_SPEC = report.MAIN
 DISCOVERED = report.DISCOVERED
@@ -42,7 +46,7 @@ class ModuleTarget(NamedTuple):
     runtime: str = "dmlpatch.runtime"  # what its sites call (see dmlpatch.runtime_as_written)
 
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _targets: dict[str, ModuleTarget] = {}
 _gate: Optional[Callable[[], bool]] = None
 _watched: dict[str, list[Callable[[types.ModuleType], None]]] = {}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import os
 import sys
-import threading
 
 _said: set[str] = set()
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 
 
 def verbose() -> bool:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Optional
 
 from dmlpatch import log
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ast
+    from typing import Any, Optional
 
 
 def arm_for_activation() -> None:

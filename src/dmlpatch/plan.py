@@ -13,10 +13,13 @@ import marshal
 import os
 import sys
 import zlib
-from typing import Any, Optional
 
 from dmlpatch._version import __version__
 from dmlpatch.paths import cache_directory
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 FORMAT = 2
 KEEP = 32

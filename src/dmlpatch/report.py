@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import os
 import sys
-import threading
-from typing import Any, Optional
 
-_lock = threading.Lock()
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+_lock = _thread.allocate_lock()
 _rewrites: list[dict[str, Any]] = []
 _wraps: list[dict[str, Any]] = []
 _skipped: list[dict[str, Any]] = []

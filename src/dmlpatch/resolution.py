@@ -8,20 +8,21 @@ substring of the adapter name), ``privateuseone:N`` (same as ``dml:N``), ``sim``
 
 from __future__ import annotations
 
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import os
-import re
-import threading
-from typing import Any, Callable, NamedTuple, Optional
 
 from dmlpatch.errors import DeviceUnavailable, UsageError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, NamedTuple, Optional
+else:
+    from dmlpatch._tuple import NamedTuple
+
 ENV_VAR = "DMLPATCH_DEVICE"
 
-_SPEC = re.compile(
-    r"^(?P<kind>auto|dml|privateuseone|sim|cpu|cuda|mps|xpu)(?::(?P<selector>[^\s]+))?$",
-    re.IGNORECASE,
-)
-_INDICES = re.compile(r"^\d+(,\d+)*$")
+# Parsed by hand: ``re`` costs every process of an activated environment milliseconds.
+_KINDS = frozenset({"auto", "dml", "privateuseone", "sim", "cpu", "cuda", "mps", "xpu"})
 _NO_SELECTOR = {"auto", "cpu", "mps"}
 SPEC_HELP = (
     "auto, dml, dml:N, dml:N,M, dml:NAME, privateuseone:N, sim, sim:N, cpu, cuda, cuda:N, mps, xpu"
@@ -39,21 +40,20 @@ class Spec(NamedTuple):
 
 def parse(text: str) -> Spec:
     """Validate a spec without importing torch; :class:`UsageError` names the accepted forms."""
-    match = _SPEC.match(text.strip())
-    if match is None:
+    kind, colon, selector = text.strip().partition(":")
+    kind = kind.lower()
+    if kind not in _KINDS or (colon and (not selector or _has_space(selector))):
         raise UsageError(f"unknown device spec {text!r}; expected one of: {SPEC_HELP}")
-    kind = match.group("kind").lower()
     kind = "dml" if kind == "privateuseone" else kind
-    selector = match.group("selector")
-    if selector is None:
+    if not colon:
         return Spec(text, kind)
     if kind in _NO_SELECTOR:
         raise UsageError(f"device spec {text!r}: {kind!r} takes no ':...' part")
-    if "," in selector and not _INDICES.match(selector):
+    if "," in selector and not _are_indices(selector):
         raise UsageError(
             f"device spec {text!r}: several adapters are listed by index, e.g. {kind}:0,1"
         )
-    if _INDICES.match(selector):
+    if _are_indices(selector):
         indices = tuple(int(part) for part in selector.split(","))
         if len(set(indices)) != len(indices):
             raise UsageError(f"device spec {text!r} names an adapter twice")
@@ -66,6 +66,15 @@ def parse(text: str) -> Spec:
             "(only dml takes an adapter name)"
         )
     return Spec(text, kind, name=selector)
+
+
+def _has_space(text: str) -> bool:
+    return any(character.isspace() for character in text)
+
+
+def _are_indices(selector: str) -> bool:
+    """``N`` or ``N,M,...`` in decimal digits (what ``int`` reads)."""
+    return all(part.isdecimal() for part in selector.split(","))
 
 
 class Resolution(NamedTuple):
@@ -119,7 +128,7 @@ class Resolution(NamedTuple):
         }
 
 
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _configured: Optional[str] = None
 _current: Optional[Resolution] = None
 _resolving = False

@@ -13,10 +13,13 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Any
 
 from dmlpatch import hook, spawn_main
 from dmlpatch.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def check_path(path: str) -> None:

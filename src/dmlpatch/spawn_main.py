@@ -14,9 +14,12 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Any, Callable, Optional
 
 from dmlpatch import hook
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional
 
 MAIN_VAR = "DMLPATCH_MAIN"
 _PATH = "path:"

@@ -8,12 +8,17 @@ descriptors intact. Every wrapper is recorded so :func:`unwrap_all` can put the 
 
 from __future__ import annotations
 
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import importlib
 import sys
-import threading
-from typing import Any, Callable, NamedTuple
 
 from dmlpatch import hook, log, report
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, NamedTuple
+else:
+    from dmlpatch._tuple import NamedTuple
 
 
 class Fix(NamedTuple):
@@ -40,7 +45,7 @@ class _Applied(NamedTuple):
     original: Any
 
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _applied: list[_Applied] = []
 _registered: set[tuple[str, str]] = set()
 _enabled = False

@@ -1,0 +1,123 @@
+"""What start-up modules use instead of typing and re behaves as those would."""
+
+from __future__ import annotations
+
+import pickle
+import re
+import typing
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dmlpatch import resolution
+from dmlpatch._tuple import NamedTuple
+from dmlpatch.errors import UsageError
+
+
+class Light(NamedTuple):
+    """A doc."""
+
+    name: str
+    size: int = 3
+
+    @property
+    def twice(self) -> int:
+        return self.size * 2
+
+
+class Heavy(typing.NamedTuple):
+    """A doc."""
+
+    name: str
+    size: int = 3
+
+    @property
+    def twice(self) -> int:
+        return self.size * 2
+
+
+def test_named_tuple_matches_typing() -> None:
+    light, heavy = Light("a"), Heavy("a")
+    assert tuple(light) == tuple(heavy) == ("a", 3)
+    assert Light._fields == Heavy._fields and Light._field_defaults == Heavy._field_defaults
+    assert repr(light) == repr(heavy).replace("Heavy", "Light")
+    assert light.twice == 6 and Light("b", size=5)._replace(size=1) == ("b", 1)
+    assert Light.__doc__ == "A doc." and Light.__module__ == __name__
+    assert Light.__qualname__ == "Light"
+    assert pickle.loads(pickle.dumps(light)) == light
+    with pytest.raises(TypeError):
+        Light()  # type: ignore[call-arg]
+
+
+def test_named_tuple_refuses_what_typing_refuses() -> None:
+    with pytest.raises(TypeError):
+
+        class Bad(NamedTuple):
+            first: int = 1
+            second: int  # type: ignore[misc]
+
+
+# The regular expressions the spec parser was written with, as the reference.
+_SPEC = re.compile(
+    r"^(?P<kind>auto|dml|privateuseone|sim|cpu|cuda|mps|xpu)(?::(?P<selector>[^\s]+))?$",
+    re.IGNORECASE,
+)
+_INDICES = re.compile(r"^\d+(,\d+)*$")
+
+
+def _reference(text: str) -> object:
+    match = _SPEC.match(text.strip())
+    if match is None:
+        return "unknown"
+    kind = match.group("kind").lower()
+    kind = "dml" if kind == "privateuseone" else kind
+    selector = match.group("selector")
+    if selector is None:
+        return (kind, (), None)
+    if kind in ("auto", "cpu", "mps"):
+        return "no selector"
+    if "," in selector and not _INDICES.match(selector):
+        return "bad list"
+    if _INDICES.match(selector):
+        indices = tuple(int(part) for part in selector.split(","))
+        if len(set(indices)) != len(indices):
+            return "twice"
+        if kind in ("cuda", "xpu") and len(indices) > 1:
+            return "several"
+        return (kind, indices, None)
+    if kind != "dml":
+        return "name"
+    return (kind, (), selector)
+
+
+def _parsed(text: str) -> object:
+    try:
+        spec = resolution.parse(text)
+    except UsageError as error:
+        message = str(error)
+        for marker, outcome in (
+            ("unknown device spec", "unknown"),
+            ("takes no ':...' part", "no selector"),
+            ("several adapters are listed by index", "bad list"),
+            ("names an adapter twice", "twice"),
+            ("only dml and sim take several", "several"),
+            ("takes an adapter index such as", "name"),
+        ):
+            if marker in message:
+                return outcome
+        raise
+    return (spec.kind, spec.indices, spec.name)
+
+
+@given(
+    st.sampled_from(
+        ["auto", "DML", "dml", "privateuseone", "sim", "cpu", "Cuda", "mps", "xpu", "x"]
+    ).flatmap(
+        lambda kind: st.text(alphabet="0123456789,:ab \t\n٣-", max_size=6).map(
+            lambda tail: kind + tail
+        )
+    )
+)
+def test_spec_parser_agrees_with_the_regular_expressions(text: str) -> None:
+    assert _parsed(text) == _reference(text)
