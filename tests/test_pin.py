@@ -32,6 +32,21 @@ from dmlpatch import cli, pip_config
 from support import REPO, Result, clean_env, run_python
 
 PINNED = "The user requested (constraint) torch==2.4.1"
+
+
+def _refused(what: str) -> str:
+    """The line dmlpatch adds after pip's refusal, in pip's process."""
+    return (
+        f"dmlpatch: pip refused {what}: torch==2.4.1 is torch-directml's own, kept in this "
+        "environment by `dmlpatch pin`; install a version that accepts torch==2.4.1, or run "
+        "`dmlpatch unpin` first (DirectML then fails until torch-directml's torch is back)"
+    )
+
+
+def _said(result: Result) -> list[str]:
+    return [line for line in result.err_lines if line.startswith("dmlpatch:")]
+
+
 NOBODY = ("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
 WHEELS = (
     ("torch", "2.4.1", ()),
@@ -84,6 +99,7 @@ class Env:
         venv.EnvBuilder(with_pip=True).create(self.prefix)
         self.python = str(self.prefix / "bin" / "python")
         purelib = Path(self._ask("import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+        self.purelib = purelib
         (purelib / "_dmlpatch_sources.pth").write_text(f"{REPO / 'src'}\n")
         # dmlpatch's one dependency these commands use; pip itself never sees it as installed.
         (purelib / "packaging").symlink_to(Path(packaging.__file__).parent)
@@ -179,23 +195,38 @@ def test_pin_keeps_torch_and_unpin_gives_pip_back(env: Env) -> None:
     )
     assert env.listing() - before == {"pip.conf", "dmlpatch-pin"}
 
+    assert (env.purelib / "dmlpatch-pin.pth").is_file()
     refused = env.pip("needs-new-torch")
     assert refused.code == 1
     assert "needs-new-torch 1.0 depends on torch>=2.5" in refused.out
     assert PINNED in refused.out
     assert "ERROR: Cannot install needs-new-torch==1.0" in refused.err
+    assert _said(refused) == [_refused("needs-new-torch==1.0")]
+    assert refused.err_lines[-1] == _refused("needs-new-torch==1.0")  # after pip's own lines
     assert env.version("needs-new-torch") is None
-    assert PINNED in env.pip("torch==2.5.0").out
+    quiet = env.pip("-q", "needs-new-torch")
+    assert quiet.code == 1 and _said(quiet) == [_refused("needs-new-torch==1.0")]
+    direct = env.pip("torch==2.5.0")
+    assert PINNED in direct.out
+    assert _said(direct) == [_refused("torch==2.5.0")]
+    # The `pip` console script too (the .pth tells pip's processes by their argv).
+    script = str(env.prefix / "bin" / "pip")
+    console = env.run(
+        script, "install", "--no-index", "--find-links", str(env.wheels), "needs-new-torch"
+    )
+    assert console.code == 1 and _said(console) == [_refused("needs-new-torch==1.0")]
     upgraded = env.pip("--upgrade", "torch", "torchvision")
     assert upgraded.code == 0, upgraded.err
     assert (env.version("torch"), env.version("torchvision")) == ("2.4.1", "0.19.1")
 
     fine = env.pip("fine-with-torch")
     assert fine.code == 0, fine.err
+    assert _said(fine) == []
     assert env.version("fine-with-torch") == "1.0"
     # The global-level constraint still holds: the site file's key carries it along.
     capped = env.pip("capped==2.0")
     assert capped.code == 1 and "The user requested (constraint) capped<2" in capped.out
+    assert _said(capped) == []  # not the pin: pip's own words only
 
     status = env.dmlpatch("status")
     assert status.code == 0
@@ -216,8 +247,10 @@ def test_pin_keeps_torch_and_unpin_gives_pip_back(env: Env) -> None:
         "pip may replace torch again"
     ]
     assert env.listing() == before
+    assert not (env.purelib / "dmlpatch-pin.pth").exists()
     replaced = env.pip("needs-new-torch")
     assert replaced.code == 0, replaced.out + replaced.err
+    assert _said(replaced) == []
     assert env.version("torch") == "2.5.0"
     assert env.digests() == env.outside
 
@@ -403,3 +436,23 @@ def test_every_command_answers_help() -> None:
         assert result.code == 0, (command, result.err)
         assert result.out.startswith(f"usage: dmlpatch {command}"), command
         assert result.err == ""
+
+
+@pytest.mark.parametrize(
+    ("constraint", "pin", "holds"),
+    [
+        ("torch==2.4.1", "torch==2.4.1", True),
+        # pip merges every constraint on a name: a machine-wide cap joins the pin
+        ("torch<=2.14.1,==2.4.1", "torch==2.4.1", True),
+        ("torchvision<=0.29.1,==0.19.1", "torchvision==0.19.1", True),
+        ("torchvision==0.19.1", "torch==2.4.1", False),
+        ("torch==2.4.10", "torch==2.4.1", False),
+        ("capped<2", "torch==2.4.1", False),
+    ],
+)
+def test_the_refusal_line_knows_the_pin_in_merged_constraints(
+    constraint: str, pin: str, holds: bool
+) -> None:
+    from dmlpatch.pip_refusal import _holds
+
+    assert _holds(constraint, pin) is holds

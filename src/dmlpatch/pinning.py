@@ -16,17 +16,18 @@ in its own words::
         some-library 1.0 depends on torch>=2.5
         The user requested (constraint) torch==2.4.1
 
-Nothing else of the pin reaches pip's output: pip shows a constraint's name and versions, never
-its file's comments or path, and no pip setting prints a message of ours; only code running
-inside pip could, and dmlpatch does not wrap pip. Saying why — this is torch-directml's pin,
-here is what to do — is left to ``dmlpatch status`` and ``dmlpatch doctor``, and to the comment
-at the top of the constraints file (``pip config list`` names it).
+pip shows a constraint's name and versions, never its file's comments or path, and no pip
+setting prints a message of ours. So the pin also writes ``dmlpatch-pin.pth`` into
+site-packages: in pip's processes only, it listens to the logger pip reports conflicts on and,
+when the conflict names a pinned requirement, adds one line after pip's (see
+``dmlpatch.pip_refusal``); pip itself is not wrapped. ``dmlpatch status`` and ``dmlpatch doctor``
+say the same.
 
-Only the site file is written. One the user already has is edited in place (see pip_config) and
-given back byte for byte by ``dmlpatch unpin``. A constraint the global or user files gave
-``pip install`` is carried into the new key, since pip reads one value per key. What the pin
-keeps — the constraints, the site file as it was, what was added — lives in
-``sys.prefix/dmlpatch-pin/``. A pin made by ``dmlpatch activate --pin`` is lifted by
+Besides that ``.pth``, only the site file is written. One the user already has is edited in
+place (see pip_config) and given back byte for byte by ``dmlpatch unpin``. A constraint the
+global or user files gave ``pip install`` is carried into the new key, since pip reads one value
+per key. What the pin keeps — the constraints, the site file as it was, what was added — lives
+in ``sys.prefix/dmlpatch-pin/``. A pin made by ``dmlpatch activate --pin`` is lifted by
 ``dmlpatch deactivate`` too.
 """
 
@@ -37,6 +38,7 @@ import hashlib
 import json
 import os
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
@@ -45,6 +47,15 @@ from dmlpatch import _metadata, log, pip_config
 from dmlpatch.errors import DmlpatchError, UsageError
 
 DIRECTORY_NAME = "dmlpatch-pin"
+PTH_NAME = "dmlpatch-pin.pth"
+# Runs at the start of every Python process of the environment and imports something only in
+# pip's (`pip ...` or `python -m pip ...`): a guarded stat, as activation's line.
+_PTH_LINE = (
+    "import os, sys; ('pip' in getattr(sys, 'orig_argv', sys.argv)[1:3] or "
+    "os.path.basename(sys.argv[0] if sys.argv else '').startswith('pip')) and "
+    "os.path.exists({guard!r}) and "
+    "__import__('dmlpatch.pip_refusal').pip_refusal.watch({constraints!r})\n"
+)
 DISTRIBUTION = "torch-directml"
 LIFT = "dmlpatch unpin"
 
@@ -60,6 +71,16 @@ def constraints_file() -> Path:
 def constraints_url() -> str:
     """How the site file names the constraints: a ``file:`` URL has no space for pip to split."""
     return constraints_file().as_uri()
+
+
+def pth_path() -> Path:
+    """The ``.pth`` that has pip say, after refusing an install over the pin, that it is ours."""
+    return Path(sysconfig.get_paths()["purelib"]) / PTH_NAME
+
+
+def _pth_text() -> str:
+    guard = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pip_refusal.py")
+    return _PTH_LINE.format(guard=guard, constraints=str(constraints_file()))
 
 
 class Pins(NamedTuple):
@@ -154,6 +175,7 @@ def pin(origin: str = "pin") -> Outcome:
         previous == record
         and _read(constraints_file()) == content.encode()
         and _read(site) == merged
+        and _read(pth_path()) == _pth_text().encode()
     )
     if unchanged:
         return Outcome(False, f"already pinned: {listed} ({site}); undo with: {LIFT}")
@@ -163,7 +185,8 @@ def pin(origin: str = "pin") -> Outcome:
         _write(directory() / "site-file-before-pin", original)
     else:
         (directory() / "site-file-before-pin").unlink(missing_ok=True)
-    _write(site, merged, _mode(site))  # last: pip never sees a name of a file not yet written
+    _write(site, merged, _mode(site))  # after the constraints: pip never sees a missing file
+    _write(pth_path(), _pth_text().encode())
     return Outcome(
         True,
         f"pinned {listed} ({DISTRIBUTION} {pins.version}'s requirements) for every pip install "
@@ -189,6 +212,7 @@ def unpin(origin: Optional[str] = None) -> Optional[Outcome]:
         said = f"removed {site} (dmlpatch pin had created it)"
     else:
         said = f"{site} no longer named the pin"
+    _remove(pth_path())
     _remove_tree(directory())
     return Outcome(True, f"unpinned: {said}; pip may replace torch again")
 
@@ -342,7 +366,7 @@ def say_pin(origin: str) -> None:
     if outcome.changed:
         log.say(
             "pip now refuses a library that needs another torch with 'The user requested "
-            f"(constraint) {recorded['pins'][0]}' and says no more; dmlpatch status says why"
+            f"(constraint) {recorded['pins'][0]}', then a line of dmlpatch's saying why"
         )
     for warning in warnings_after_pin():
         log.say(f"warning: {warning}")
