@@ -121,3 +121,12 @@ def _parsed(text: str) -> object:
 )
 def test_spec_parser_agrees_with_the_regular_expressions(text: str) -> None:
     assert _parsed(text) == _reference(text)
+
+
+def test_cache_file_tags_are_fnv1a_and_the_same_in_every_process() -> None:
+    from dmlpatch.paths import file_tag
+
+    # Published FNV-1a 32-bit values; str hash() would differ between processes.
+    assert file_tag("") == "811c9dc5"
+    assert file_tag("a") == "e40c292c"
+    assert file_tag("foobar") == "bf9cf968"

@@ -10,14 +10,14 @@ from __future__ import annotations
 import atexit
 import os
 
-from dmlpatch import announce, engine, log, main_script, spawn_main
+from dmlpatch import announce, engine, log, main_script, report, spawn_main
 from dmlpatch.errors import DmlpatchError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
 
-REPORT_VAR = "DMLPATCH_REPORT"
+REPORT_VAR = report.REPORT_VAR
 
 _started = False
 _active = False
@@ -57,7 +57,7 @@ def started() -> bool:
 
 
 def _write_report_if_used(destination: str) -> None:
-    from dmlpatch import report, resolution
+    from dmlpatch import resolution
 
     # Every Python process of an activated environment runs this; only those that touched a
     # device (pip, say, never does) have anything to report.

@@ -258,14 +258,14 @@ def _propagate_to_children(spec: str) -> None:
 
 
 def _run_program(options: Options, console_script: bool) -> int:
-    from dmlpatch import bootstrap, report, runner
+    from dmlpatch import report, runner
 
-    destination = options.report or os.environ.pop(bootstrap.REPORT_VAR, None)
+    destination = options.report or os.environ.pop(report.REPORT_VAR, None)
     if destination:
         report.check_destination(destination)
         if report.per_process(destination):
             # Children (DDP ranks, workers) write theirs; they may start in another directory.
-            os.environ[bootstrap.REPORT_VAR] = os.path.abspath(destination)
+            os.environ[report.REPORT_VAR] = os.path.abspath(destination)
     if console_script:
         runner.find_console_script(options.rest[0])
     elif options.module is not None:

@@ -32,9 +32,8 @@ import contextlib
 import marshal
 import os
 import sys
-import zlib
 
-from dmlpatch.paths import cache_directory
+from dmlpatch.paths import cache_directory, file_tag
 from dmlpatch.report import DISCOVERED
 
 TYPE_CHECKING = False
@@ -192,7 +191,7 @@ class Discovery:
         with self._lock:
             index = self._indexes.get(key)
             if index is None:
-                name = f"{top[:40]}-{zlib.crc32(key.encode('utf-8', 'surrogateescape')):08x}.idx"
+                name = f"{top[:40]}-{file_tag(key)}.idx"
                 index = _Index(os.path.join(cache_directory(), "discovery", name))
                 self._indexes[key] = index
             return index

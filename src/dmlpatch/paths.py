@@ -28,3 +28,12 @@ def cache_root() -> Path:
     from pathlib import Path
 
     return Path(cache_directory())
+
+
+def file_tag(text: str) -> str:
+    """Eight hex digits (32-bit FNV-1a) naming a cache file after ``text``, the same in every
+    process; zlib's crc32 would load a shared library into every process at start-up."""
+    value = 0x811C9DC5
+    for byte in text.encode("utf-8", "surrogateescape"):
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return f"{value:08x}"

@@ -12,10 +12,9 @@ from __future__ import annotations
 import marshal
 import os
 import sys
-import zlib
 
 from dmlpatch._version import __version__
-from dmlpatch.paths import cache_directory
+from dmlpatch.paths import cache_directory, file_tag
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -118,8 +117,8 @@ def _cache_file() -> tuple[str, str]:
             os.environ.get("DMLPATCH_DISABLE_PATCHES", ""),
         )
     )
-    # crc32 names the file; the key itself is stored and compared, so a collision only misses.
-    name = f"{zlib.crc32(key.encode()):08x}.plan"
+    # The tag names the file; the key itself is stored and compared, so a collision only misses.
+    name = f"{file_tag(key)}.plan"
     return key, os.path.join(cache_directory(), "plans", name)
 
 

@@ -18,6 +18,8 @@ _aliases: list[dict[str, Any]] = []
 
 #: The pseudo-spec names of what no patch spec named: the program's main script, and modules
 #: rewritten (or left alone) by discovery.
+#: Where a run's report goes (``--report=FILE`` sets it for the program's children).
+REPORT_VAR = "DMLPATCH_REPORT"
 MAIN = "__main__"
 DISCOVERED = "discovered"
 
