@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import textwrap
 from pathlib import Path
@@ -115,3 +116,71 @@ def test_missing_target_warns_once_and_leaves_module_usable(
     err = capsys.readouterr().err
     assert f"patch spec 'broken' cannot wrap {name}:gone" in err
     assert err.count("cannot wrap") == 1
+
+
+BINDINGS = """
+class Base:
+    def scale(self, x, factor=2):
+        "Scale x."
+        return x * factor
+
+    @classmethod
+    def build(cls, size):
+        return (cls.__name__, size)
+
+
+class Child(Base):
+    pass
+"""
+
+RECORDER = """
+calls = []
+
+
+def record(wrapped, instance, args, kwargs):
+    calls.append((instance, args, kwargs))
+    return wrapped(*args, **kwargs)
+"""
+
+
+def test_fix_sees_the_instance_and_class_as_wrapt_passes_them(tmp_path: Path, request) -> None:
+    """Methods get ``instance`` and a bound ``wrapped``; classmethods get the class; an
+    inherited method is wrapped on the subclass and unwrapping shows the base's again."""
+    name = f"bindings_{request.node.name}"
+    (tmp_path / f"{name}.py").write_text(BINDINGS)
+    (tmp_path / f"{name}_fix.py").write_text(RECORDER)
+    rules = [
+        wrapping.Fix("t", f"{name}:{target}", f"{name}_fix:record", "test")
+        for target in ("Base.scale", "Base.build", "Child.scale")
+    ]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = __import__(name)
+        recorder = __import__(f"{name}_fix")
+        wrapping.apply(rules, gate=lambda: True)
+        base, child = module.Base(), module.Child()
+        assert base.scale(3, factor=4) == 12
+        assert module.Base.scale(base, 5) == 10
+        assert module.Child.build(7) == ("Child", 7)
+        assert child.scale(1) == 2
+        assert recorder.calls[:3] == [
+            (base, (3,), {"factor": 4}),
+            (base, (5,), {}),
+            (module.Child, (7,), {}),
+        ]
+        # Child.scale is wrapped twice: its own wrapper calls the base's.
+        assert recorder.calls[3:] == [(child, (1,), {}), (child, (1,), {})]
+        assert module.Base.scale.__doc__ == "Scale x."
+        assert str(inspect.signature(module.Base.scale)) == "(self, x, factor=2)"
+        assert "scale" in vars(module.Child)
+        wrapping.unwrap_all()
+        assert "scale" not in vars(module.Child)
+        assert vars(module.Base)["scale"].__name__ == "scale"
+        assert isinstance(vars(module.Base)["build"], classmethod)
+        recorder.calls.clear()
+        assert child.scale(2) == 4 and recorder.calls == []
+    finally:
+        wrapping.unwrap_all()
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+        sys.modules.pop(f"{name}_fix", None)

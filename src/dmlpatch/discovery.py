@@ -38,7 +38,7 @@ from dmlpatch.report import DISCOVERED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import NamedTuple, Optional
+    from typing import Any, NamedTuple, Optional
 else:
     from dmlpatch._tuple import NamedTuple
 
@@ -83,13 +83,10 @@ class Leave(NamedTuple):
     quiet: bool  # True where a warning already said why (a spec's version gate)
 
 
+_UNKNOWN: Any = object()
+
 RUNTIME = "dmlpatch.runtime"
 AS_WRITTEN = "dmlpatch.runtime_as_written"
-
-
-class Decision(NamedTuple):
-    runtime: Optional[str]  # what the module's sites call; None: load it as it is
-    verdict: Verdict
 
 
 def parse_scope(text: str) -> str:
@@ -123,6 +120,9 @@ class Discovery:
         self.leaves = sorted(leaves, key=lambda leave: -len(leave.prefix))
         self._lock = _thread.allocate_lock()
         self._indexes: dict[str, _Index] = {}
+        # (directory, top-level package) -> its index, or None: out of scope. Dict reads and
+        # writes are atomic, and a race only computes the same answer twice.
+        self._directories: dict[tuple[str, str], Optional[_Index]] = {}
         self._places: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None
         self._stdlib_names: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
 
@@ -133,29 +133,35 @@ class Discovery:
         top = fullname.partition(".")[0]
         return top not in NEVER and top not in self._stdlib_names
 
-    def decide(self, fullname: str, origin: str) -> Optional[Decision]:
-        """For a module in scope loaded from ``origin`` (a ``.py`` file): rewrite it or not.
+    def decide(self, fullname: str, origin: str) -> Optional[str]:
+        """For a module in scope loaded from ``origin`` (a ``.py`` file): the runtime module its
+        sites should call, or None to load it as it is.
 
-        None when it is out of scope (by where it lives). Says the one line a left-alone module
-        with sites deserves.
+        Says the one line a left-alone module with sites deserves. Everything but the ``stat``
+        is decided once per directory, so a warm process pays about one ``stat`` per module.
         """
-        site, stdlib = self._where()
-        in_site = origin.startswith(site)
-        if not in_site and origin.startswith(stdlib):
+        directory = os.path.dirname(origin)
+        index = self._directories.get((directory, fullname.partition(".")[0]), _UNKNOWN)
+        if index is _UNKNOWN:
+            index = self._index_for(fullname, origin, directory)
+        if index is None:
             return None
-        if self.scope == "project" and in_site:
+        try:
+            status = os.stat(origin)
+        except OSError:
             return None
-        verdict = self._verdict(fullname, origin)
-        if verdict is None or not verdict.sites:
-            return Decision(None, verdict or Verdict(0, ()))
+        stamp = (status.st_mtime_ns, status.st_size)
+        sites, unanswered = index.get(origin, stamp) or self._examine(index, origin, stamp)
+        if not sites:
+            return None
         leave = self._leave(fullname)
         if leave is not None:
             _say_left(fullname, leave)
-            return Decision(None, verdict)
-        if verdict.unanswered:
-            _keep_as_written(fullname, verdict.unanswered)
-            return Decision(AS_WRITTEN, verdict)
-        return Decision(RUNTIME, verdict)
+            return None
+        if unanswered:
+            _keep_as_written(fullname, unanswered)
+            return AS_WRITTEN
+        return RUNTIME
 
     def _leave(self, fullname: str) -> Optional[Leave]:
         for leave in self.leaves:
@@ -163,38 +169,33 @@ class Discovery:
                 return leave
         return None
 
-    def _where(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """Directory prefixes of site-packages and of the standard library (computed once)."""
+    def _index_for(self, fullname: str, origin: str, directory: str) -> Optional[_Index]:
+        """The verdict index of the modules of ``fullname``'s top-level package in
+        ``directory``; None where scope leaves that directory out."""
+        top = fullname.partition(".")[0]
         if self._places is None:
             self._places = _places()
-        return self._places
+        site, stdlib = self._places
+        in_site = origin.startswith(site)
+        index: Optional[_Index] = None
+        if (in_site or not origin.startswith(stdlib)) and not (self.scope == "project" and in_site):
+            key = f"{_root_of(fullname, origin)}\0{top}"
+            with self._lock:
+                index = self._indexes.get(key)
+                if index is None:
+                    name = f"{top[:40]}-{file_tag(key)}.idx"
+                    index = _Index(os.path.join(cache_directory(), "discovery", name))
+                    self._indexes[key] = index
+        self._directories[(directory, top)] = index
+        return index
 
-    def _verdict(self, fullname: str, origin: str) -> Optional[Verdict]:
-        try:
-            status = os.stat(origin)
-        except OSError:
-            return None
-        stamp = (status.st_mtime_ns, status.st_size)
-        index = self._index(fullname, origin)
-        known = index.get(origin, stamp)
-        if known is not None:
-            return known
+    @staticmethod
+    def _examine(index: _Index, origin: str, stamp: tuple[int, int]) -> Verdict:
         verdict = _examine(origin)
-        if verdict is not None:
-            index.put(origin, stamp, verdict)
+        if verdict is None:
+            return Verdict(0, ())
+        index.put(origin, stamp, verdict)
         return verdict
-
-    def _index(self, fullname: str, origin: str) -> _Index:
-        top = fullname.partition(".")[0]
-        root = _root_of(fullname, origin)
-        key = f"{root}\0{top}"
-        with self._lock:
-            index = self._indexes.get(key)
-            if index is None:
-                name = f"{top[:40]}-{file_tag(key)}.idx"
-                index = _Index(os.path.join(cache_directory(), "discovery", name))
-                self._indexes[key] = index
-            return index
 
 
 def _examine(origin: str) -> Optional[Verdict]:

@@ -81,8 +81,7 @@ def when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> 
     """Call ``callback(module)`` right after ``module`` is executed, or now if it already was.
 
     wrapt's ``register_post_import_hook`` does the same, but importing wrapt costs tens of
-    milliseconds in every process of an activated environment; here it costs a dict lookup,
-    and wrapt is imported only when a fix is applied.
+    milliseconds in every process of an activated environment; here it costs a dict lookup.
     """
     loaded = sys.modules.get(module)
     if loaded is not None and getattr(loaded, "__spec__", None) is not None:
@@ -192,9 +191,9 @@ class _Finder:
         if entry is not None and source is not None:
             spec.loader = _RewritingLoader(fullname, source, entry)
         elif discovery is not None and source is not None and not _known_unneeded():
-            decision = discovery.decide(fullname, source)
-            if decision is not None and decision.runtime is not None:
-                found = ModuleTarget(fullname, DISCOVERED, 0, decision.runtime, decision.runtime)
+            runtime = discovery.decide(fullname, source)
+            if runtime is not None:
+                found = ModuleTarget(fullname, DISCOVERED, 0, runtime, runtime)
                 spec.loader = _RewritingLoader(fullname, source, found)
         if watchers is not None and spec.loader is not None:
             spec.loader = _NotifyingLoader(spec.loader)

@@ -45,7 +45,7 @@ class RewriteRule:
 @dataclass(frozen=True)
 class WrapRule:
     target: str  # "package.module:Qualified.name"
-    fix: str  # "package.module:function", a wrapt wrapper (wrapped, instance, args, kwargs)
+    fix: str  # "package.module:function", a wrapper fix(wrapped, instance, args, kwargs)
     versions: SpecifierSet
     why: str
 

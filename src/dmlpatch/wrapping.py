@@ -1,16 +1,22 @@
-"""Function-level fixes: wrapt wrappers applied when their target module is imported.
+"""Function-level fixes: wrappers applied when their target module is imported.
 
 ``hook.when_imported`` runs the callback right after the target module finishes executing (or
 at once if it already has), before any other module can bind the original with
-``from x import f``. wrapt's ``FunctionWrapper`` keeps names, docstrings, signatures and
-descriptors intact. Every wrapper is recorded so :func:`unwrap_all` can put the original back.
+``from x import f``. A fix has wrapt's signature ``fix(wrapped, instance, args, kwargs)``; the
+wrapper that calls it is a plain function (a ``staticmethod`` or ``classmethod`` where the
+original was one) carrying the original's name, docstring and signature (``__wrapped__``), so
+``inspect``, pickling by name and ``torch.jit.ignore``-style introspection see what they saw.
+wrapt itself is not used: importing it costs 35-50 ms, paid by every program that imports
+torch. Every wrapper is recorded so :func:`unwrap_all` can put the original back.
 """
 
 from __future__ import annotations
 
 import _thread  # threading.Lock and RLock are these; importing threading costs start-up
+import functools
 import importlib
 import sys
+import types
 
 from dmlpatch import hook, log, report
 
@@ -42,7 +48,7 @@ class _Applied(NamedTuple):
     rule: Fix
     parent: Any
     attribute: str
-    original: Any
+    original: Any  # what ``parent.__dict__`` held; None where the attribute was inherited
 
 
 _lock = _thread.allocate_lock()
@@ -95,24 +101,73 @@ def _inside_torch(module: str) -> bool:
 
 def _wrap(rule: Fix, module: Any) -> None:
     spec_name = rule.spec
-    import wrapt
-
     try:
         fix = _load_fix(rule.fix)
-        parent, attribute, original = wrapt.resolve_path(module, rule.qualname)
-    except (ImportError, AttributeError) as error:
+        parent, attribute = _resolve(module, rule.qualname)
+        own = _own_attribute(parent, attribute)
+        wrapper = _wrapper(own if own is not None else getattr(parent, attribute), parent, fix)
+    except (ImportError, AttributeError, TypeError) as error:
         log.warn_once(
             f"wrap:{spec_name}:{rule.target}",
             f"patch spec {spec_name!r} cannot wrap {rule.target} ({error}); left unpatched",
         )
         report.record_skip(spec_name, rule.module, f"cannot wrap {rule.target}: {error}")
         return
-    wrapper = wrapt.FunctionWrapper(original, fix)
-    wrapt.apply_patch(parent, attribute, wrapper)
+    setattr(parent, attribute, wrapper)
     with _lock:
-        _applied.append(_Applied(rule, parent, attribute, original))
+        _applied.append(_Applied(rule, parent, attribute, own))
     report.record_wrap(spec_name, rule.target)
     log.info(f"{spec_name}: wrapped {rule.target} ({rule.why})")
+
+
+def _resolve(module: Any, qualname: str) -> tuple[Any, str]:
+    """The object holding the last part of ``qualname``, and that part's name."""
+    parent = module
+    *path, attribute = qualname.split(".")
+    for part in path:
+        parent = getattr(parent, part)
+    getattr(parent, attribute)  # AttributeError names what is missing
+    return parent, attribute
+
+
+def _own_attribute(parent: Any, attribute: str) -> Any:
+    """The attribute as ``parent`` itself stores it (descriptors unbound), or None."""
+    try:
+        return vars(parent).get(attribute)
+    except TypeError:  # no __dict__
+        return None
+
+
+def _wrapper(original: Any, parent: Any, fix: Callable[..., Any]) -> Any:
+    """A wrapper calling ``fix(wrapped, instance, args, kwargs)``, bound as wrapt binds it."""
+    if isinstance(original, staticmethod):
+        return staticmethod(_function_wrapper(original.__func__, fix))
+    if isinstance(original, classmethod):
+        function = original.__func__
+
+        def class_wrapper(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            return fix(types.MethodType(function, cls), cls, args, kwargs)
+
+        return classmethod(functools.update_wrapper(class_wrapper, function))
+    if isinstance(parent, type) and isinstance(original, types.FunctionType):
+
+        def method_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not args:  # called on the class with nothing to bind
+                return fix(original, None, args, kwargs)
+            instance = args[0]
+            return fix(types.MethodType(original, instance), instance, args[1:], kwargs)
+
+        return functools.update_wrapper(method_wrapper, original)
+    if isinstance(original, type) or not callable(original):
+        raise TypeError(f"{original!r} is not a function (a class is wrapped by its __init__)")
+    return _function_wrapper(original, fix)
+
+
+def _function_wrapper(original: Callable[..., Any], fix: Callable[..., Any]) -> Any:
+    def function_wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fix(original, None, args, kwargs)
+
+    return functools.update_wrapper(function_wrapper, original)
 
 
 def _load_fix(reference: str) -> Callable[..., Any]:
@@ -133,7 +188,10 @@ def unwrap_all() -> None:
         applied = list(reversed(_applied))
         _applied.clear()
     for entry in applied:
-        setattr(entry.parent, entry.attribute, entry.original)
+        if entry.original is None:
+            delattr(entry.parent, entry.attribute)  # inherited: the base's own shows again
+        else:
+            setattr(entry.parent, entry.attribute, entry.original)
         report.record_unwrap(entry.rule.spec, entry.rule.target)
 
 
