@@ -37,8 +37,18 @@ def test_cifar_script_trains_on_sim_like_on_cpu(tmp_path: Path) -> None:
     assert report["ops"]["fallback"] == {}
     assert report["ops"]["native"]["aten::convolution_overrideable"] == 32
     # 16 batches x (images + labels), plus the 12 parameters and 3 BatchNorm buffers.
-    assert report["transfers"]["h2d"]["count"] == 16 * 2 + 12 + 3
-    assert report["transfers"]["d2h"]["count"] == 0
+    program = report["transfers"]["program"]
+    assert program["h2d"]["count"] == 16 * 2 + 12 + 3
+    assert program["d2h"]["count"] == 0
+    # Every loss.item() waits for the device; no CPU fallback copies anything.
+    assert report["transfers"]["syncs"] >= 16
+    assert report["transfers"]["fallback"] == {"count": 0, "bytes": 0, "by_operator": {}}
+    # All model compute ran on the device, so the run ends without a placement warning.
+    compute = report["compute"]
+    assert compute["device_share"] == 1.0 and compute["on_cpu"] == {"calls": 0, "flops": 0}
+    # 16 forward passes of 2 convolutions, 1 BatchNorm and 3 linear layers.
+    assert compute["on_device"]["calls"] == 16 * 6 and compute["cpu_lines"] == []
+    assert "warning" not in sim.err
 
 
 def test_without_dmlpatch_the_script_stays_on_cpu() -> None:

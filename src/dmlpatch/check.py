@@ -132,6 +132,9 @@ def main(arguments: list[str]) -> int:
         os.environ[profile_table.PROFILE_ENV] = chosen.profile
     os.environ["DMLPATCH_TRACE"] = "1"  # first-call stacks from the simulated device
     os.environ.pop("DMLPATCH_DISABLE", None)
+    from dmlpatch.placement import session
+
+    session.by_operators()
     cli._prepare(options)
     return _check(options, chosen)
 
@@ -139,8 +142,13 @@ def main(arguments: list[str]) -> int:
 def _check(options: Any, chosen: _Options) -> int:
     from dmlpatch import resolution, runner
 
-    backend = resolution.current().backend
+    selected = resolution.current()
+    backend = selected.backend
     profile, observer, shadow = _start(backend, chosen.verify)
+    from dmlpatch.placement import operators
+
+    placement = operators.Counter()
+    placement.__enter__()
     error: Optional[BaseException] = None
     program_code = 0
     program_file = None if options.module else os.path.abspath(options.rest[0])
@@ -154,21 +162,25 @@ def _check(options: Any, chosen: _Options) -> int:
     except BaseException as caught:  # the program's own failure: reported, then judged
         error = caught
     finally:
+        placement.__exit__(None, None, None)
         if shadow is not None:
             shadow.__exit__(None, None, None)
         if observer is not None:
             observer.__exit__(None, None, None)
     counters = observer.snapshot() if observer is not None else _sim_counters()
     rows = table_rows(counters)
+    from dmlpatch.placement import summary
+
+    compute = summary.compute(placement.ledger, selected.device, selected.type)
     if error is not None and not isinstance(error, KeyboardInterrupt):
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
         trimmed = runner.program_traceback(error, program_file or main_file)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
     divergence = shadow.divergence if shadow is not None else None
-    outcome = judge(rows, counters, error, program_code, divergence)
-    _print(rows, outcome, backend, profile, divergence)
+    outcome = judge(rows, counters, error, program_code, divergence, compute)
+    _print(rows, outcome, backend, profile, divergence, counters, compute)
     if chosen.json:
-        _write_json(chosen.json, rows, outcome, backend, profile, counters, divergence)
+        _write_json(chosen.json, rows, outcome, backend, profile, counters, divergence, compute)
     return outcome.exit_code
 
 
@@ -269,6 +281,7 @@ def judge(
     error: Optional[BaseException],
     program_code: int,
     divergence: Any,
+    compute: Optional[dict[str, Any]] = None,
 ) -> Outcome:
     """The exit status and the one-line verdict."""
     refused = [r for r in rows if r.how == "refused"]
@@ -288,6 +301,10 @@ def judge(
         message = str(error).splitlines()[0] if str(error) else ""
         reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
         return Outcome(1, "error", f"the program failed for another reason: {reason}")
+    on_cpu = _on_cpu(compute)
+    if on_cpu is not None:
+        code = program_code or 1
+        return Outcome(code, "cpu", on_cpu)
     fallbacks = [r for r in rows if r.how == "fallback"]
     fixed = [r for r in rows if r.how == "fixed"]
     copies = sum(r.copies for r in fallbacks)
@@ -304,6 +321,24 @@ def judge(
     return Outcome(0, "runs", verdict)
 
 
+def _on_cpu(compute: Optional[dict[str, Any]]) -> Optional[str]:
+    """The verdict when a significant share of model compute ran on the CPU, else None."""
+    from dmlpatch.placement import summary
+
+    if compute is None:
+        return None
+    share = summary.cpu_share(compute)
+    if share is None or share < summary.SIGNIFICANT_CPU_SHARE:
+        return None
+    verdict = f"does not run on DirectML: {summary.headline(compute)}"
+    if compute["cpu_lines"]:
+        verdict += f", most at {compute['cpu_lines'][0]['display']}"
+    cause = compute.get("likely_cause")
+    if cause:
+        verdict += f"; likely cause: {cause['text']}"
+    return verdict
+
+
 def _first_refused(refused: list[Row], counters: dict[str, Any]) -> Row:
     """The refusal recorded first (first_calls keeps the order calls happened in)."""
     order = list(counters.get("first_calls", {}))
@@ -311,11 +346,22 @@ def _first_refused(refused: list[Row], counters: dict[str, Any]) -> Row:
 
 
 def _print(
-    rows: list[Row], outcome: Outcome, backend: str, profile: Optional[str], divergence: Any
+    rows: list[Row],
+    outcome: Outcome,
+    backend: str,
+    profile: Optional[str],
+    divergence: Any,
+    counters: dict[str, Any],
+    compute: dict[str, Any],
 ) -> None:
     out = sys.stderr
     where = "simulated DirectML" if backend == "sim" else "DirectML"
     out.write(f"dmlpatch check: {where}" + (f", profile {profile}" if profile else "") + "\n")
+    from dmlpatch.placement import summary
+
+    out.write(f"model compute: {summary.headline(compute)}\n")
+    for line in summary.explain(compute):
+        out.write(line + "\n")
     if rows:
         header = ("operator", "how", "calls", "copies", "bytes", "first called at")
         table = [header] + [
@@ -336,8 +382,10 @@ def _print(
                 for i, cell in enumerate(line)
             ]
             out.write("  " + "  ".join(cells).rstrip() + "\n")
-    else:
+    elif sum(counters["ops"].get("native", {}).values()):
         out.write("  every operator ran natively\n")
+    else:
+        out.write("  no operator ran on the device\n")
     if divergence is not None:
         out.write(f"first divergence: {divergence.op}: {divergence.detail}\n")
         frames = [f for f in divergence.stack if not _internal(f.filename)]
@@ -354,12 +402,16 @@ def _write_json(
     profile: Optional[str],
     counters: dict[str, Any],
     divergence: Any,
+    compute: dict[str, Any],
 ) -> None:
+    from dmlpatch import report
+
     data = {
         "backend": backend,
         "profile": profile,
         "ops": [r._asdict() for r in rows],
-        "transfers": counters.get("transfers", {}),
+        "transfers": report.transfers(counters) if backend == "sim" else None,
+        "compute": compute,
         "status": outcome.status,
         "exit_code": outcome.exit_code,
         "verdict": outcome.verdict,

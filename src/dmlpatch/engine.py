@@ -6,6 +6,7 @@ import os
 import sys
 
 from dmlpatch import aliases, discovery, hook, log, plan, report, resolution, wrapping
+from dmlpatch.placement import session
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def activate(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     os.environ[discovery.SCOPE_VAR] = scope  # children, and the report, see the same scope
     leaves = [discovery.Leave(*leave) for leave in chosen["leaves"]]
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
+    session.arm()
     _active = True
     return True
 

@@ -53,11 +53,27 @@ def record_skip(spec: str, module: Optional[str], reason: str) -> None:
         _skipped.append({"spec": spec, "module": module, "reason": reason})
 
 
-def snapshot() -> dict[str, Any]:
-    """The report as plain JSON-able data; never imports torch itself."""
-    from dmlpatch import resolution as _resolution
+def module_fates() -> tuple[set[str], dict[str, str]]:
+    """The modules rewritten so far, and those left alone with the reason why."""
+    with _lock:
+        rewritten = {entry["module"] for entry in _rewrites}
+        skipped = {e["module"]: e["reason"] for e in _skipped if e["module"] is not None}
+    return rewritten, skipped
 
-    resolution = _resolution.resolved_or_none()
+
+def snapshot() -> dict[str, Any]:
+    """The report as plain JSON-able data; never imports torch itself.
+
+    ``device``/``backend``/``adapter``/``why``: what dmlpatch selected for the program's CUDA
+    sites, the same in every entry point (resolved at exit when the program loaded torch but
+    never asked; null, with ``why`` saying so, when it never imported torch); ``compute``:
+    where model compute really ran; ``transfers``: the program's own copies, and the copies
+    DirectML's CPU fallbacks make, counted by the simulated device (null elsewhere: only
+    ``dmlpatch check`` counts on real DirectML).
+    """
+    from dmlpatch.placement import session
+
+    resolution = session.selected()
     patches: dict[str, dict[str, Any]] = {}
     rewritten: list[dict[str, Any]] = []
     unrewritten: list[dict[str, Any]] = []
@@ -105,18 +121,40 @@ def snapshot() -> dict[str, Any]:
         "device": resolution.device if resolution else None,
         "backend": resolution.backend if resolution else None,
         "adapter": resolution.adapter if resolution else None,
-        "why": resolution.why if resolution else None,
+        "why": resolution.why if resolution else _unselected(),
         "scope": _scope(),
         "patches": patches,
         "rewritten": rewritten,
         "kept_as_written": unrewritten,
     }
+    data["compute"] = session.section()
+    data["ops"] = data["transfers"] = None
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():
         counters = sim.counters()
         data["ops"] = counters.get("ops")
-        data["transfers"] = counters.get("transfers")
+        data["transfers"] = transfers(counters)
     return data
+
+
+def transfers(counters: dict[str, Any]) -> dict[str, Any]:
+    """The program's own host<->device copies beside those of DirectML's CPU fallbacks."""
+    copies = counters.get("copies") or {}
+    return {
+        "program": counters.get("transfers") or {},
+        "fallback": {
+            "count": sum(entry["count"] for entry in copies.values()),
+            "bytes": sum(entry["bytes"] for entry in copies.values()),
+            "by_operator": copies,
+        },
+        "syncs": counters.get("syncs"),
+    }
+
+
+def _unselected() -> str:
+    if "torch" not in sys.modules:
+        return "the program never imported torch, so no device was selected"
+    return "the device could not be resolved at exit"
 
 
 def _scope() -> str:

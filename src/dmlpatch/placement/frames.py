@@ -1,0 +1,72 @@
+"""Which Python line ran a piece of compute, and whether it was data loading.
+
+A CPU convolution inside a ``DataLoader``'s fetch (a blur in a dataset's ``__getitem__``) or a
+torchvision transform is pre-processing, not the model; the same convolution called from a
+model's ``forward`` is model compute that should have been on the device. The frames above the
+call say which: the innermost frame outside torch and dmlpatch is where the program (or a
+library) ran it, and a frame of torch's data loading or torchvision's transforms on the way up
+marks it as data work.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+from typing import NamedTuple, Optional
+
+import torch
+
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_DMLPATCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LOADING = (
+    os.path.join(_TORCH, "utils", "data") + os.sep,
+    os.sep + os.path.join("torchvision", "transforms") + os.sep,
+    os.sep + os.path.join("torchvision", "io") + os.sep,
+)
+
+
+class Site(NamedTuple):
+    """A line of the program's or a library's code."""
+
+    file: str
+    line: int
+    function: str
+
+    def describe(self) -> str:
+        return f"{display(self.file)}:{self.line} in {self.function}"
+
+
+class Caller(NamedTuple):
+    site: Optional[Site]  # None: no frame outside torch and dmlpatch (autograd's threads)
+    loading: bool
+
+
+def internal(path: str) -> bool:
+    """A file of torch or dmlpatch, or one Python made up (frozen modules)."""
+    return path.startswith((_TORCH, _DMLPATCH, "<frozen"))
+
+
+def display(path: str) -> str:
+    """Relative to the working directory when under it, else as it is."""
+    if not os.path.isabs(path):
+        return path
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def caller(depth: int = 1) -> Caller:
+    """The innermost frame outside torch and dmlpatch above the caller's ``depth``-th frame,
+    and whether data loading or a transform is on the stack."""
+    frame: Optional[FrameType] = sys._getframe(depth + 1)
+    site: Optional[Site] = None
+    loading = False
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if site is None and not internal(path):
+            site = Site(path, frame.f_lineno, frame.f_code.co_name)
+        if any(part in path for part in _LOADING):
+            loading = True
+            break
+        frame = frame.f_back
+    return Caller(site, loading)

@@ -1,0 +1,99 @@
+"""The counts: model compute on the device, model compute on the CPU (per source line), and
+CPU work that belongs to data loading.
+
+One ledger per process, filled by whichever counter is on (:mod:`.module_hooks` in ordinary
+runs, :mod:`.operators` under ``dmlpatch check``) and read at exit by :mod:`.summary`.
+"""
+
+from __future__ import annotations
+
+import _thread
+from typing import Any, Optional
+
+from dmlpatch.placement.frames import Site
+
+CPU = "cpu"
+LOADING = "data loading"
+
+
+class Ledger:
+    """Calls and FLOPs per place (a torch device type, or :data:`LOADING` for CPU work of data
+    loading), and per source line for model compute on the CPU.
+
+    Places are device types rather than "the device": the device is known only once it is
+    resolved, which an activated program may never ask for until exit.
+    """
+
+    def __init__(self, counted: str) -> None:
+        #: What was counted: ``layers`` (nn.Module calls) or ``operators`` (ATen calls).
+        self.counted = counted
+        self._lock = _thread.allocate_lock()
+        self.places: dict[str, list[int]] = {}
+        self.cpu_sites: dict[Optional[Site], dict[str, Any]] = {}
+
+    def add(self, place: str, flops: int) -> None:
+        with self._lock:
+            entry = self.places.get(place)
+            if entry is None:
+                self.places[place] = [1, flops]
+            else:
+                entry[0] += 1
+                entry[1] += flops
+
+    def add_cpu(self, site: Optional[Site], family: str, flops: int) -> None:
+        """Model compute on the CPU, run from ``site``."""
+        self.add(CPU, flops)
+        with self._lock:
+            entry = self.cpu_sites.get(site)
+            if entry is None:
+                entry = self.cpu_sites[site] = {"calls": 0, "flops": 0, "families": set()}
+            entry["calls"] += 1
+            entry["flops"] += flops
+            entry["families"].add(family)
+
+    def totals(self, place: str) -> tuple[int, int]:
+        with self._lock:
+            calls, flops = self.places.get(place, (0, 0))
+        return calls, flops
+
+    def others(self, *known: str) -> tuple[int, int]:
+        """Calls and FLOPs on places other than ``known``."""
+        calls = flops = 0
+        with self._lock:
+            for place, (c, f) in self.places.items():
+                if place not in known:
+                    calls, flops = calls + c, flops + f
+        return calls, flops
+
+    def model_compute(self) -> bool:
+        """Whether any model compute (not data loading) was counted."""
+        with self._lock:
+            return any(place != LOADING for place in self.places)
+
+    def heaviest_cpu_sites(self) -> list[tuple[Optional[Site], dict[str, Any]]]:
+        with self._lock:
+            return sorted(self.cpu_sites.items(), key=lambda item: -item[1]["flops"])
+
+    def reset(self) -> None:
+        with self._lock:
+            self.places.clear()
+            self.cpu_sites.clear()
+
+
+_current: Optional[Ledger] = None
+
+
+def start(counted: str) -> Ledger:
+    """The process's ledger from now on."""
+    global _current
+    _current = Ledger(counted)
+    return _current
+
+
+def current() -> Optional[Ledger]:
+    return _current
+
+
+def stop() -> None:
+    global _current
+    _current = None

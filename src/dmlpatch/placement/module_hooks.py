@@ -1,0 +1,83 @@
+"""The accounting an ordinary run keeps: one global forward hook on ``nn.Module`` calls.
+
+Cheap enough to be on by default: for every module call the hook costs a dictionary lookup of
+the module's type, and only convolution, linear, attention, normalisation and recurrent layers
+go further (their output's device, a FLOP estimate from shapes). A layer that ran on the CPU
+also records the line that called it, once per layer object. Functional calls
+(``F.linear``, ``x @ w``) are not seen here; ``dmlpatch check`` counts every operator.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional
+
+from torch import nn
+from torch.nn.modules import module as _module
+from torch.utils.hooks import RemovableHandle
+
+from dmlpatch.placement import families, frames, ledger
+
+_handle: Optional[RemovableHandle] = None
+# A layer's calling line is found on its first CPU call; later calls reuse it.
+_callers: weakref.WeakKeyDictionary[nn.Module, frames.Caller] = weakref.WeakKeyDictionary()
+
+
+def install() -> ledger.Ledger:
+    """Count layer calls from now on, by the device type each one ran on."""
+    global _handle
+    uninstall()
+    book = ledger.start("layers")
+    family_of = families.layer_family
+
+    def after_forward(module: nn.Module, inputs: Any, output: Any) -> None:
+        family = family_of(type(module))
+        if family is None:
+            return
+        try:
+            _count(book, family, module, inputs, output)
+        except Exception:
+            return  # accounting never breaks the program's forward (try is cheaper than suppress)
+
+    _handle = _module.register_module_forward_hook(after_forward)
+    return book
+
+
+def uninstall() -> None:
+    global _handle
+    if _handle is not None:
+        _handle.remove()
+        _handle = None
+    _callers.clear()
+
+
+def installed() -> bool:
+    return _handle is not None
+
+
+def _count(
+    book: ledger.Ledger,
+    family: str,
+    module: nn.Module,
+    inputs: Any,
+    output: Any,
+) -> None:
+    out = families.layer_output(output)
+    if out is None:
+        return
+    kind = out.device.type
+    if kind == "meta":  # shape-only tracing computes nothing
+        return
+    flops = families.layer_flops(family, module, inputs, out)
+    if kind != "cpu":
+        book.add(kind, flops)
+        return
+    caller = _callers.get(module)
+    if caller is None:
+        # Frames: this function, the hook, Module._call_impl, then the layer's caller.
+        caller = frames.caller(depth=2)
+        _callers[module] = caller
+    if caller.loading:
+        book.add(ledger.LOADING, flops)
+    else:
+        book.add_cpu(caller.site, family, flops)

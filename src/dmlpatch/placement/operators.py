@@ -1,0 +1,71 @@
+"""``dmlpatch check``'s exhaustive accounting: every heavy ATen call, wherever it ran.
+
+A :class:`~torch.utils._python_dispatch.TorchDispatchMode` sees each operator below autograd,
+functional calls and backward included, so a matrix product written as ``x @ w`` on the CPU is
+counted as surely as a CPU ``nn.Linear``. Each CPU call walks the Python stack for its source
+line; that costs tens of microseconds, which ``check`` can afford and an ordinary run need not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from dmlpatch.placement import families, frames, ledger
+
+
+def _device_of(values: Any) -> str:
+    """The device type the call computed on: an accelerator's when any argument is there."""
+    flat, _ = tree_flatten(values)
+    found = ""
+    for value in flat:
+        if isinstance(value, torch.Tensor):
+            kind = value.device.type
+            if kind != "cpu":
+                return kind
+            if value.dim() > 0 or not found:  # a CPU scalar beside device tensors is normal
+                found = kind
+    return found
+
+
+class Counter(TorchDispatchMode):
+    """Fills a ledger (``counted='operators'``) while it is on the dispatch stack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ledger = ledger.start("operators")
+        self._families: dict[Any, Any] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        with contextlib.suppress(Exception):  # accounting never breaks the program
+            self._count(func, args, kwargs, result)
+        return result
+
+    def _count(self, func: Any, args: Any, kwargs: Any, result: Any) -> None:
+        known = self._families.get(func, False)
+        if known is False:
+            name = func._schema.name.partition("::")[2]
+            known = (name, families.operator_family(name))
+            self._families[func] = known
+        name, family = known
+        if family is None:
+            return
+        kind = _device_of((args, kwargs)) or _device_of(result)
+        if kind in ("", "meta"):
+            return
+        flops = families.operator_flops(name, tuple(args), result)
+        if kind == "cpu":
+            # Frames: _count, __torch_dispatch__, then torch's dispatch machinery.
+            caller = frames.caller(depth=2)
+            if caller.loading:
+                self.ledger.add(ledger.LOADING, flops)
+            else:
+                self.ledger.add_cpu(caller.site, family, flops)
+        else:
+            self.ledger.add(kind, flops)

@@ -1,0 +1,128 @@
+"""Turning compute-placement accounting on for a process, and its warning at exit.
+
+On by default wherever dmlpatch may send a program to an accelerator (runner,
+``dmlpatch.auto``, activation): the layer hooks go in when the program imports torch and come
+out if the device resolves to the CPU or to a usable CUDA GPU. ``DMLPATCH_ACCOUNTING=0``
+turns it off; ``DMLPATCH_QUIET=1`` keeps the exit warning to itself. ``dmlpatch check`` counts
+operators instead (:mod:`.operators`) and says its own verdict. Importing this module imports
+nothing else: it runs at every start-up.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any, Optional
+
+    from dmlpatch.resolution import Resolution
+
+ACCOUNTING_VAR = "DMLPATCH_ACCOUNTING"
+QUIET_VAR = "DMLPATCH_QUIET"
+
+_by_operators = False
+_armed = False
+_section: Optional[dict[str, Any]] = None
+
+
+def by_operators() -> None:
+    """``dmlpatch check``: no layer hooks and no exit warning; it keeps its own counter."""
+    global _by_operators
+    _by_operators = True
+
+
+def arm() -> None:
+    """Start counting when the program imports torch (``engine.activate`` calls this)."""
+    global _armed
+    if _armed or os.environ.get(ACCOUNTING_VAR) == "0":
+        return
+    _armed = True
+    from dmlpatch import hook
+
+    hook.when_imported("torch", _start)
+
+
+def _counts_for(chosen: Resolution) -> bool:
+    return chosen.is_accelerator and chosen.patches_needed
+
+
+def _start(torch: ModuleType) -> None:
+    if _by_operators:
+        return
+    from dmlpatch import resolution
+
+    chosen = resolution.resolved_or_none()
+    if chosen is not None and not _counts_for(chosen):
+        return
+    from dmlpatch.placement import module_hooks
+
+    module_hooks.install()
+    resolution.when_resolved(_on_resolved)
+    import atexit
+
+    atexit.register(_warn_at_exit)
+
+
+def _on_resolved(chosen: Resolution) -> None:
+    if not _counts_for(chosen):
+        from dmlpatch.placement import ledger, module_hooks
+
+        module_hooks.uninstall()
+        ledger.stop()
+
+
+def selected() -> Optional[Resolution]:
+    """The device dmlpatch selected, resolved now if the program never asked for it and torch
+    is loaded (an activated program whose device was chosen where nothing was rewritten);
+    None when it cannot be resolved, or the program never imported torch (importing it at
+    exit is refused once the interpreter has begun shutting down)."""
+    import sys
+
+    from dmlpatch import resolution
+    from dmlpatch.errors import DmlpatchError
+
+    chosen = resolution.resolved_or_none()
+    if chosen is None and "torch" in sys.modules:
+        try:
+            chosen = resolution.current()
+        except DmlpatchError:
+            return None
+    return chosen
+
+
+def section() -> Optional[dict[str, Any]]:
+    """The report's ``compute`` section, or None when nothing was counted in this process.
+
+    Made once, at exit (the likely cause reads source files): the warning and the report
+    share it.
+    """
+    global _section
+    import sys
+
+    if _section is None and "dmlpatch.placement.ledger" in sys.modules:
+        from dmlpatch.placement import ledger, summary
+
+        book = ledger.current()
+        if book is None or not book.model_compute():
+            return None
+        chosen = selected()
+        if chosen is None or not _counts_for(chosen):
+            return None
+        _section = summary.compute(book, chosen.device, chosen.type)
+    return _section
+
+
+def _warn_at_exit() -> None:
+    if os.environ.get(QUIET_VAR) == "1" or os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    import sys
+
+    from dmlpatch import log
+    from dmlpatch.placement import summary
+
+    found = section()
+    line = summary.exit_warning(found, sys.argv) if found is not None else None
+    if line is not None:
+        log.say(f"warning: {line}")

@@ -1,0 +1,136 @@
+"""What the counts mean: the share of model compute that ran on the device, the CPU lines that
+ran the rest, the likely cause, and the words for the report, ``check`` and the exit warning."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from dmlpatch.placement import causes, ledger
+
+#: ``dmlpatch check`` fails (exit 1) when at least this share of model compute ran on the CPU.
+SIGNIFICANT_CPU_SHARE = 0.10
+#: An ordinary run warns at exit when more than this share ran on the CPU.
+MOST = 0.5
+_TOP_LINES = 5
+
+
+def _flops(value: int) -> str:
+    for unit, scale in (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} FLOP"
+
+
+def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any]:
+    """The report's ``compute`` section (JSON-able) for the selected ``device``."""
+    device_calls, device_flops = book.totals(device_type)
+    cpu_calls, cpu_flops = book.totals(ledger.CPU)
+    loading_calls, loading_flops = book.totals(ledger.LOADING)
+    elsewhere_calls, elsewhere_flops = book.others(device_type, ledger.CPU, ledger.LOADING)
+    sites = book.heaviest_cpu_sites()
+    cpu_share = _share(cpu_calls, cpu_flops, device_calls, device_flops)
+    lines = [
+        {
+            "at": f"{site.file}:{site.line}" if site else None,
+            "display": site.describe() if site else "(no Python caller: autograd's backward)",
+            "function": site.function if site else None,
+            "calls": entry["calls"],
+            "flops": entry["flops"],
+            "families": sorted(entry["families"]),
+        }
+        for site, entry in sites[:_TOP_LINES]
+    ]
+    cause = None
+    if cpu_share is not None and cpu_share >= SIGNIFICANT_CPU_SHARE:
+        files = [site.file for site, _ in sites if site is not None]
+        cause = causes.likely(files, _main_file()).as_dict()
+    return {
+        "counted": book.counted,
+        "device": device,
+        "on_device": {"calls": device_calls, "flops": device_flops},
+        "on_cpu": {"calls": cpu_calls, "flops": cpu_flops},
+        "data_loading_on_cpu": {"calls": loading_calls, "flops": loading_flops},
+        "elsewhere": {"calls": elsewhere_calls, "flops": elsewhere_flops},
+        "device_share": None if cpu_share is None else round(1.0 - cpu_share, 4),
+        "cpu_lines": lines,
+        "likely_cause": cause,
+    }
+
+
+def _share(cpu_calls: int, cpu_flops: int, device_calls: int, device_flops: int) -> Optional[float]:
+    """The CPU's share of model compute (by FLOPs; by calls when no FLOPs were estimated)."""
+    if cpu_flops + device_flops > 0:
+        return cpu_flops / (cpu_flops + device_flops)
+    if cpu_calls + device_calls > 0:
+        return cpu_calls / (cpu_calls + device_calls)
+    return None
+
+
+def cpu_share(section: dict[str, Any]) -> Optional[float]:
+    share = section.get("device_share")
+    return None if share is None else 1.0 - share
+
+
+def _main_file() -> Optional[str]:
+    """The program's main script (``dmlpatch.auto`` runs it again in a module of its own)."""
+    import os
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not isinstance(path, str) and sys.argv and os.path.isfile(sys.argv[0]):
+        path = sys.argv[0]
+    return os.path.abspath(path) if isinstance(path, str) else None
+
+
+def headline(section: dict[str, Any]) -> str:
+    """One clause: how much model compute ran where."""
+    share = cpu_share(section)
+    device = section["device"]
+    total = section["on_device"]["flops"] + section["on_cpu"]["flops"]
+    if share is None:
+        return (
+            "none counted (no convolution, matrix product, attention, normalisation or "
+            "recurrent layer ran)"
+        )
+    percent = round(100 * share)
+    if share == 0:
+        return f"all model compute ({_flops(total)}) ran on {device}"
+    return (
+        f"{percent}% of model compute ({_flops(section['on_cpu']['flops'])} of {_flops(total)}) "
+        f"ran on the CPU, not on {device}"
+    )
+
+
+def explain(section: dict[str, Any]) -> list[str]:
+    """The CPU lines, heaviest first, and the likely cause, for ``dmlpatch check``."""
+    out = []
+    for line in section["cpu_lines"]:
+        out.append(
+            f"  cpu  {_flops(line['flops']):>12}  {line['calls']:>6} calls  {line['display']}"
+            f"  ({', '.join(line['families'])})"
+        )
+    cause = section.get("likely_cause")
+    if cause:
+        out.append(f"likely cause: {cause['text']}")
+    loading = section["data_loading_on_cpu"]
+    if loading["calls"]:
+        out.append(
+            f"  (data loading ran {loading['calls']} heavy calls, {_flops(loading['flops'])}, on "
+            "the CPU: not model compute)"
+        )
+    return out
+
+
+def exit_warning(section: dict[str, Any], argv: list[str]) -> Optional[str]:
+    """The one line an ordinary run says at exit, or None when most compute ran on the device."""
+    share = cpu_share(section)
+    if share is None or share <= MOST:
+        return None
+    first = section["cpu_lines"][0]["display"] if section["cpu_lines"] else None
+    where = f" (first at {first})" if first else ""
+    cause = section.get("likely_cause")
+    because = f"; likely cause: {cause['text']}" if cause else ""
+    import shlex
+
+    program = shlex.join(argv) if argv and argv[0] else "<program>"
+    return f"{headline(section)}{where}{because}; see: dmlpatch check {program}"

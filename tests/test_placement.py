@@ -1,0 +1,313 @@
+"""Where model compute really ran: the runner's exit warning and report, ``dmlpatch check``'s
+verdict, for programs whose model stayed on the CPU, mixed programs, data loading on the CPU,
+and programs that ran wholly on the simulated device (which must stay silent)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from support import REPO, clean_env, run_python
+
+CHILD = str(REPO / "src" / "dmlpatch" / "_child")
+
+EXPLICIT_CPU = """
+import torch
+import torch.nn as nn
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                      nn.Linear(8 * 14 * 14, 10))
+model = model.to("cpu")
+x = torch.randn(4, 3, 16, 16, device="cpu")
+print("sum", round(model(x).sum().item(), 3))
+"""
+
+LIBRARY = """
+import torch
+
+
+def pick():
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+"""
+
+UNREWRITTEN = """
+import torch
+import torch.nn as nn
+
+import mylib
+
+device = mylib.pick()
+model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4)).to(device)
+for step in range(3):
+    loss = model(torch.randn(16, 64, device=device)).square().mean()
+    loss.backward()
+print("on", next(model.parameters()).device)
+"""
+
+MIXED = """
+import torch
+import torch.nn as nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Linear(32, 32).to(device)
+y = model(torch.randn(8, 32, device=device))
+a = torch.randn(256, 256)
+big = a @ a
+print("done", y.device, big.device)
+"""
+
+LOADING = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Blurred(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        image = torch.randn(1, 3, 64, 64)
+        image = F.conv2d(image, torch.ones(3, 1, 5, 5) / 25, padding=2, groups=3)[0]
+        colour = torch.randn(3, 3)
+        return (colour @ image.reshape(3, -1)).reshape(3, 64, 64), i % 2
+
+
+model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(4, 2)).to(device)
+for x, y in DataLoader(Blurred(), batch_size=4):
+    loss = F.cross_entropy(model(x.to(device)), y.to(device))
+    loss.backward()
+print("loss", round(loss.item(), 3))
+"""
+
+FALLBACK = """
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+x = torch.arange(5, device=device).float()
+for step in range(3):
+    y = torch.hypot(x, x + 1)
+print("hypot", y.sum().item())
+"""
+
+
+def _warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("dmlpatch: warning:")]
+
+
+def _run(tmp_path: Path, script: Path, *options: str, **env: str) -> tuple[Any, dict[str, Any]]:
+    report = tmp_path / "report.json"
+    result = run_python(
+        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", *options, script.name],
+        cwd=script.parent,
+        env=clean_env(**env),
+    )
+    return result, json.loads(report.read_text())
+
+
+def _check(tmp_path: Path, script: Path, *options: str) -> tuple[Any, dict[str, Any]]:
+    report = tmp_path / "check.json"
+    result = run_python(
+        ["-m", "dmlpatch", "check", *options, "--json", str(report), script.name],
+        cwd=script.parent,
+        env=clean_env(),
+    )
+    return result, json.loads(report.read_text())
+
+
+# -- a model moved to the CPU explicitly --------------------------------------------------------
+
+
+def test_explicit_cpu_model_is_named_at_exit_and_in_the_report(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    script = write("program.py", EXPLICIT_CPU)
+    plain = run_python([script.name], cwd=tmp_path)
+    result, report = _run(tmp_path, script)
+    assert result.code == 0, result.err
+    assert result.out == plain.out  # the program itself runs as it would
+    (warning,) = _warnings(result.err)
+    assert (
+        "100% of model compute" in warning and "ran on the CPU, not on privateuseone:0" in warning
+    )
+    assert "(first at program.py:9 in <module>)" in warning
+    assert 'an explicit CPU placement at program.py:7: model = model.to("cpu")' in warning
+    assert warning.endswith("see: dmlpatch check program.py")
+    assert (report["device"], report["backend"]) == ("privateuseone:0", "sim")
+    compute = report["compute"]
+    assert compute["counted"] == "layers" and compute["device_share"] == 0.0
+    assert compute["on_device"] == {"calls": 0, "flops": 0}
+    assert compute["on_cpu"]["calls"] == 3  # conv, batch norm, linear: one forward each
+    (line,) = compute["cpu_lines"]
+    assert line["at"] == f"{script}:9" and line["function"] == "<module>"
+    assert line["families"] == ["convolution", "matmul", "normalization"]
+    # 8x14x14 outputs of 27 multiply-adds, 10 outputs of 1568+1 weights, 5 FLOPs per element.
+    assert line["flops"] == 4 * (2 * 8 * 14 * 14 * 27 + 2 * (10 * 1568 + 10) + 5 * 8 * 14 * 14)
+    assert compute["likely_cause"] == {
+        "kind": "explicit-cpu",
+        "at": "program.py:7",
+        "text": 'an explicit CPU placement at program.py:7: model = model.to("cpu")',
+    }
+
+
+def test_explicit_cpu_model_fails_check_with_the_line(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    script = write("program.py", EXPLICIT_CPU)
+    result, data = _check(tmp_path, script)
+    assert result.code == 1, result.err
+    assert data["status"] == "cpu"
+    assert data["verdict"].startswith("does not run on DirectML: 100% of model compute")
+    assert "most at program.py:9 in <module>" in data["verdict"]
+    assert "explicit CPU placement at program.py:7" in data["verdict"]
+    assert data["compute"]["counted"] == "operators"
+    assert "  no operator ran on the device" in result.err.splitlines()
+    assert _warnings(result.err) == []  # check says it in its verdict, not in a warning
+
+
+def test_quiet_keeps_the_warning_but_not_the_report(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    script = write("program.py", EXPLICIT_CPU)
+    result, report = _run(tmp_path, script, DMLPATCH_QUIET="1")
+    assert result.code == 0 and _warnings(result.err) == []
+    assert report["compute"]["device_share"] == 0.0
+
+
+def test_accounting_off(tmp_path: Path, write: Callable[[str, str], Path]) -> None:
+    script = write("program.py", EXPLICIT_CPU)
+    result, report = _run(tmp_path, script, DMLPATCH_ACCOUNTING="0")
+    assert result.code == 0 and _warnings(result.err) == []
+    assert report["compute"] is None
+
+
+# -- a device chosen in a module dmlpatch did not rewrite ------------------------------------
+
+
+@pytest.mark.parametrize("entry", ["runner", "auto", "activated"])
+def test_device_chosen_in_an_unrewritten_module(
+    tmp_path: Path, write: Callable[[str, str], Path], entry: str
+) -> None:
+    write("mylib.py", LIBRARY)
+    script = write("train.py", UNREWRITTEN)
+    report_path = tmp_path / "report.json"
+    if entry == "runner":
+        result, report = _run(tmp_path, script, "--scope", "specs")
+    else:
+        if entry == "auto":
+            script.write_text("import dmlpatch.auto\n" + script.read_text())
+        env = clean_env(
+            DMLPATCH_DEVICE="sim", DMLPATCH_SCOPE="specs", DMLPATCH_REPORT=str(report_path)
+        )
+        if entry == "activated":  # what the .pth of `dmlpatch activate` runs, at start-up
+            env["PYTHONPATH"] = CHILD
+        result = run_python([script.name], cwd=tmp_path, env=env)
+        report = json.loads(report_path.read_text())
+    assert result.code == 0, result.err
+    assert "on cpu" in result.out
+    assert not any("running on privateuseone" in line for line in result.err.splitlines())
+    (warning,) = _warnings(result.err)
+    shift = 1 if entry == "auto" else 0
+    assert f"(first at train.py:{9 + shift} in <module>)" in warning
+    assert "the device is chosen at mylib.py:5" in warning
+    assert "in module mylib, which dmlpatch did not rewrite: outside scope 'specs'" in warning
+    assert (report["device"], report["backend"]) == ("privateuseone:0", "sim")
+    assert report["compute"]["device_share"] == 0.0
+    assert report["compute"]["likely_cause"]["at"] == "mylib.py:5"
+
+
+def test_check_names_the_unrewritten_module(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    write("mylib.py", LIBRARY)
+    script = write("train.py", UNREWRITTEN)
+    result, data = _check(tmp_path, script, "--scope", "specs")
+    assert result.code == 1, result.err
+    assert data["status"] == "cpu"
+    assert "the device is chosen at mylib.py:5" in data["verdict"]
+    lines = {line["display"] for line in data["compute"]["cpu_lines"]}
+    # The forward on line 9 and the backward on line 10 (autograd runs CPU work in place).
+    assert lines == {"train.py:9 in <module>", "train.py:10 in <module>"}
+    # With discovery on (the default), the same program runs on the device.
+    result, data = _check(tmp_path, script)
+    assert result.code == 0, result.err
+    assert data["status"] == "runs" and data["compute"]["device_share"] == 1.0
+
+
+# -- model on the device, a large product on the CPU ------------------------------------------
+
+
+def test_mixed_program_names_the_cpu_product(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    script = write("program.py", MIXED)
+    result, data = _check(tmp_path, script)
+    assert result.code == 1, result.err
+    compute = data["compute"]
+    (line,) = compute["cpu_lines"]
+    assert (line["display"], line["families"]) == ("program.py:8 in <module>", ["matmul"])
+    assert line["flops"] == 2 * 256**3
+    assert compute["on_device"] == {"calls": 1, "flops": 2 * 8 * 32 * 32}
+    assert compute["device_share"] == round(8 * 32 * 32 / (8 * 32 * 32 + 256**3), 4)
+    assert "most at program.py:8 in <module>" in data["verdict"]
+    assert compute["likely_cause"]["kind"] == "chosen-at-run-time"
+
+
+# -- data loading on the CPU is not model compute ---------------------------------------------
+
+
+def test_data_loading_on_the_cpu_is_not_model_compute(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    script = write("program.py", LOADING)
+    result, data = _check(tmp_path, script)
+    assert result.code == 0, result.err
+    assert data["status"] == "runs"
+    compute = data["compute"]
+    assert compute["on_cpu"] == {"calls": 0, "flops": 0} and compute["device_share"] == 1.0
+    # 16 samples, each a blur and a colour product, in the DataLoader's fetch.
+    assert compute["data_loading_on_cpu"]["calls"] == 32
+    assert compute["on_device"]["calls"] > 0
+    run, report = _run(tmp_path, script)
+    assert run.code == 0 and _warnings(run.err) == []
+    assert report["compute"]["device_share"] == 1.0
+
+
+# -- the report counts DirectML's fallback copies ---------------------------------------------
+
+
+def test_report_counts_fallback_copies_apart_from_the_programs(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    script = write("program.py", FALLBACK)
+    result, report = _run(tmp_path, script)
+    assert result.code == 0, result.err
+    transfers = report["transfers"]
+    # Each hypot call copies both arguments to the host and its result back.
+    assert transfers["fallback"] == {
+        "count": 9,
+        "bytes": 180,
+        "by_operator": {"aten::hypot.out": {"count": 9, "bytes": 180}},
+    }
+    assert transfers["program"]["h2d"]["count"] == 0  # arange and + ran on the device
+    assert transfers["syncs"] == 1  # .item()
+    assert report["compute"] is None  # no layer ran: nothing to say about model compute
+
+
+def test_report_says_why_a_torch_free_program_has_no_device(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    script = write("program.py", "print('no torch here')\n")
+    result, report = _run(tmp_path, script)
+    assert result.code == 0, result.err
+    assert (report["device"], report["backend"], report["compute"]) == (None, None, None)
+    assert report["why"] == "the program never imported torch, so no device was selected"
+    assert _warnings(result.err) == []
