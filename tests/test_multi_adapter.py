@@ -67,9 +67,12 @@ def test_data_parallel_over_two_adapters_equals_the_chunked_cpu_computation(
     # buffers to the replica, its output back; in backward the output's gradient out and the
     # 6 parameter gradients back. Nothing else crosses.
     parameters, buffers = 6, 3
-    assert counters["transfers"]["d2d"]["count"] == 4 * (1 + parameters + buffers + 1 + 1 + 6)
+    copies = counters["transfers"]["program"]
+    assert copies["d2d"]["count"] == 4 * (1 + parameters + buffers + 1 + 1 + 6)
     # Only the program's own read of its 6 parameters at the end (item() is no tensor copy).
-    assert counters["transfers"]["d2h"]["count"] == parameters
+    assert copies["d2h"]["count"] == parameters
+    # Both replicas' layers count as the device's: DataParallel is model compute there.
+    assert counters["compute"]["device_share"] == 1.0
 
 
 def test_data_parallel_on_the_one_selected_adapter_is_the_plain_model() -> None:
@@ -103,7 +106,7 @@ def test_the_seeds_cifar_script_uses_both_adapters_when_asked(tmp_path: Path) ->
     counters = json.loads(report.read_text())
     assert counters["ops"]["native"]["aten::convolution_overrideable"] == 4 * 2 * 2
     # 12 parameters, 3 BatchNorm buffers: 1 + 12 + 3 + 1 forward, 1 + 12 backward, per step.
-    assert counters["transfers"]["d2d"]["count"] == 4 * 30
+    assert counters["transfers"]["program"]["d2d"]["count"] == 4 * 30
 
 
 # -- DDP -----------------------------------------------------------------------------------

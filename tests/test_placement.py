@@ -311,3 +311,60 @@ def test_report_says_why_a_torch_free_program_has_no_device(
     assert (report["device"], report["backend"], report["compute"]) == (None, None, None)
     assert report["why"] == "the program never imported torch, so no device was selected"
     assert _warnings(result.err) == []
+
+
+# -- a forward while a module is being built is set-up, not model compute ---------------------
+
+PROBED = """
+import sys
+
+import torch
+import torch.nn as nn
+
+
+class Probed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
+        self.stride = 64 // self.body(torch.zeros(1, 3, 64, 64)).shape[-1]  # a shape probe
+
+    def forward(self, x):
+        return self.body(x)
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Probed()
+if sys.argv[1:] == ["place"]:
+    model = model.to(device)
+for step in range(2):
+    model(torch.randn(2, 3, 32, 32, device=next(model.parameters()).device)).sum().backward()
+print("stride", model.stride)
+"""
+
+
+@pytest.mark.parametrize("placed", [True, False])
+def test_a_shape_probe_while_building_is_not_model_compute(
+    tmp_path: Path, write: Callable[[str, str], Path], placed: bool
+) -> None:
+    script = write("program.py", PROBED)
+    args = ["place"] if placed else []
+    report = tmp_path / "report.json"
+    result = run_python(
+        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", script.name, *args],
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    assert result.code == 0, result.err
+    compute = json.loads(report.read_text())["compute"]
+    assert compute["model_setup_on_cpu"]["calls"] == 2  # the probe's conv and batch norm
+    if placed:
+        assert compute["device_share"] == 1.0 and _warnings(result.err) == []
+        assert compute["on_device"]["calls"] == 4
+    else:  # the same layers, probed while built and then run for real on the CPU
+        assert compute["device_share"] == 0.0 and compute["on_cpu"]["calls"] == 4
+        (warning,) = _warnings(result.err)
+        assert "(first at program.py:14 in forward)" in warning
+    if not placed:  # check runs the program without arguments: the CPU case
+        checked, data = _check(tmp_path, script)
+        assert checked.code == 1 and data["status"] == "cpu"
+        assert data["compute"]["model_setup_on_cpu"]["calls"] == 2

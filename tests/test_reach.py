@@ -430,11 +430,18 @@ def test_a_spec_can_leave_a_library_alone_with_one_line(
     result = _run(library, "--device", "sim", DMLPATCH_PATCHES=str(specs))
     assert result.code == 0, result.err
     assert result.out.startswith("cpu cpu cpu ")
-    assert [line for line in result.err_lines if "warning" in line] == [
+    left, on_cpu = [line for line in result.err_lines if "warning" in line]
+    assert left == (
         "dmlpatch: warning: cudalib.core left unrewritten: patch spec 'cudalib' keeps dmlpatch "
         "out of cudalib (cudalib chooses its device with a private backend probe); its own "
         "device choices stay as under plain python"
-    ]
+    )
+    # So its model ran on the CPU, which the run says at exit, naming the spec's reason.
+    assert "100% of model compute" in on_cpu and "not on privateuseone:0" in on_cpu
+    assert (
+        "in module cudalib.core, which dmlpatch did not rewrite: left alone by the spec: "
+        "cudalib chooses its device with a private backend probe" in on_cpu
+    )
 
 
 UNANSWERED = {

@@ -7,8 +7,11 @@ dmlpatch check [options] -m module [args...]
 The program runs with patches active. Afterwards a table lists every operator that was fixed
 on the device, fell back to the CPU or was refused, with its calls, the host<->device copies
 and bytes they cost, and where it was first called in the program's or a library's code; a
-one-line verdict follows. Exit status: 0 when the program would run, 1 when DirectML would
-stop it (or ``--verify`` found a divergence), otherwise the program's own status.
+one-line verdict follows. Where model compute ran (:mod:`dmlpatch.placement`) is counted for
+every heavy operator; when 10% or more of it ran on the CPU, the verdict names the lines and the
+likely cause. Exit status: 0 when the program would run, 1 when DirectML would stop it (or
+``--verify`` found a divergence, or a significant share of model compute ran on the CPU),
+otherwise the program's own status.
 
 Counts come from the simulated device's backend (``--device sim``, the default) or, on real
 DirectML, from the dispatch-level observer (:mod:`dmlpatch.opfix.observer`).
@@ -38,6 +41,10 @@ options:
   --verify          run every device operator on the CPU too; report the first that differs
   --scope SCOPE     where CUDA sites are rewritten: all (default), project, specs
   -v, --verbose     say what is patched
+
+exit status: 0 when the program would run on DirectML; 1 when DirectML would stop it,
+--verify found a divergence, or 10% or more of model compute ran on the CPU; otherwise the
+program's own status.
 """
 
 _FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+), in (?P<func>.*)$')

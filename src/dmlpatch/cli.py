@@ -46,6 +46,9 @@ options:
   --report[=FILE]   at exit, print (or write) a JSON summary; also $DMLPATCH_REPORT=FILE
   -v, --verbose     say what is patched; DMLPATCH_DEBUG=1 also shows dmlpatch tracebacks
   --version         print dmlpatch's version
+
+At exit, one warning line when most model compute ran on the CPU although an accelerator was
+selected; DMLPATCH_QUIET=1 keeps it to itself, DMLPATCH_ACCOUNTING=0 stops the counting.
 """
 
 COMMANDS = (

@@ -147,6 +147,7 @@ def test_whole_image_cli_on_sim_equals_plain_cpu(assets, before, tmp_path: Path)
     data = json.loads(report.read_text())
     assert data["device"] == "privateuseone:0" and data["backend"] == "sim"
     assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
+    _all_on_device(data)
 
     ref_dir = tmp_path / "ref"
     ref_work = assets.workdir(ref_dir)
@@ -204,6 +205,7 @@ def test_original_arch_center_face_tiled_background(assets, tmp_path: Path) -> N
     data = json.loads(report.read_text())
     assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
     assert data["ops"]["native"]["aten::convolution_overrideable"] > 4 * (23 * 3 * 5 + 6)
+    _all_on_device(data)
     _no_network(assets)
 
 
@@ -233,9 +235,18 @@ def test_aligned_restoreformer_cli_without_background(assets, tmp_path: Path) ->
     # Aligned faces are not pasted back, so upstream writes no restored_imgs/ for them.
     for folder in ("restored_faces", "cmp", "cropped_faces"):
         assert any((results / folder).iterdir()), folder
+    assert "{" in result.err, result.err
     data = json.loads(result.err[result.err.index("{") :])
     assert data["ops"]["refused"] == {} and data["ops"]["fallback"] == {}
+    _all_on_device(data)
     _no_network(assets)
+
+
+def _all_on_device(report: dict) -> None:
+    """Every layer of every model (detector, parser, restorer, upsampler) ran on the device."""
+    compute = report["compute"]
+    assert compute["device_share"] == 1.0 and compute["on_cpu"] == {"calls": 0, "flops": 0}
+    assert compute["on_device"]["calls"] > 0
 
 
 def test_footprint_is_dmlpatch_cache_and_the_outputs(
@@ -486,6 +497,7 @@ print(json.dumps({{"device": str(r.device), "convs": ops["native"].get(
 
 def _check_auto(result: Result) -> None:
     assert result.code == 0, result.err
+    assert "of model compute" not in result.err  # no placement warning at exit
     assert "Failed inference" not in result.out
     data = json.loads(result.out.splitlines()[-1])
     assert data["device"] == "privateuseone:0"

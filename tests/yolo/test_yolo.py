@@ -15,7 +15,7 @@ import os
 import sysconfig
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 import torch
@@ -167,6 +167,7 @@ def test_cli_train_val_predict_under_dmlpatch_run(ws: Workspace) -> None:
     assert data["ops"]["native"]["aten::convolution_overrideable"] > 0
     assert data["ops"]["native"]["aten::convolution_backward_overrideable"] > 0
     assert "aten::_unique2" not in data["ops"]["fallback"]
+    _assert_all_on_device(train, data)
 
     best = ws.runs / "cli" / "weights" / "best.pt"
     for mode in ("val", "predict"):
@@ -180,7 +181,18 @@ def test_cli_train_val_predict_under_dmlpatch_run(ws: Workspace) -> None:
         assert data["ops"]["refused"] == {}
         # NMS ran on the device: torchvision has no DirectML kernel to fall back from.
         assert "torchvision::nms" not in data["ops"]["fallback"]
+        _assert_all_on_device(result, data)
     assert ws.network_attempts() == []
+
+
+def _assert_all_on_device(result: Result, report: dict[str, Any]) -> None:
+    """Every layer call ran on the device: the report says so and the run ends silently."""
+    compute = report["compute"]
+    on_cpu = compute["on_cpu"]
+    assert compute["device_share"] == 1.0, json.dumps(compute)
+    assert on_cpu == {"calls": 0, "flops": 0}
+    assert compute["on_device"]["calls"] > 0
+    assert not any(line.startswith("dmlpatch: warning") for line in result.err.splitlines())
 
 
 @pytest.fixture(scope="module")
@@ -490,3 +502,9 @@ def test_check_says_the_seed_run_works_on_directml(ws: Workspace, tmp_path: Path
     assert rows["aten::_unique2"]["first_call"].endswith("ultralytics/utils/loss.py:400")
     assert rows["aten::lerp.Scalar_out"]["calls"] > 0
     assert "verdict: runs on DirectML with 0 fallbacks costing 0 copies" in result.err
+    # Every convolution, batch norm and product of training, validation and the final
+    # validation of best.pt ran on the device, forward and backward.
+    compute = data["compute"]
+    assert compute["on_cpu"] == {"calls": 0, "flops": 0} and compute["cpu_lines"] == []
+    assert compute["device_share"] == 1.0 and compute["on_device"]["calls"] > 1000
+    assert "model compute: all model compute" in result.err

@@ -99,9 +99,10 @@ def _unrewritten_site(cpu_files: list[str], main: Optional[str]) -> Optional[Cau
     ]
     order = sorted(candidates, key=lambda name: (modules[name] not in cpu_files, name))
     for name in order:
-        if name in rewritten or name == "__main__":
-            continue
         path = modules[name]
+        # The main script runs as __main__ (and is known as __mp_main__ to spawned workers).
+        if name in rewritten or name == "__main__" or path == main:
+            continue
         try:
             with open(path, "rb") as handle:
                 source = handle.read()
@@ -111,15 +112,14 @@ def _unrewritten_site(cpu_files: list[str], main: Optional[str]) -> Optional[Cau
             continue
         try:
             sites = rewrite.find_sites(source, path)
-        except (SyntaxError, ValueError):
+        except Exception:  # a source this Python cannot parse (or too deep) is no answer
             continue
-        # Prefer the line that names the device over the availability check beside it.
-        device_sites = sorted(
-            (s for s in sites if s.kind != "cuda_api"), key=lambda s: s.kind == "is_available"
-        )
-        if not device_sites:
+        # Only a choice that falls back without CUDA places a model on the CPU; a plain
+        # "cuda:0" would have failed instead.
+        choices = [s for s in sites if s.kind == "is_available"]
+        if not choices:
             continue
-        site = device_sites[0]
+        site = choices[0]
         where = f"{frames.display(path)}:{site.line}"
         lines = source.decode("utf-8", "replace").splitlines()
         text = lines[site.line - 1].strip() if site.line <= len(lines) else site.text

@@ -6,6 +6,11 @@ model's ``forward`` is model compute that should have been on the device. The fr
 call say which: the innermost frame outside torch and dmlpatch is where the program (or a
 library) ran it, and a frame of torch's data loading or torchvision's transforms on the way up
 marks it as data work.
+
+A forward run while a module is still being built (an ``nn.Module``'s ``__init__`` on the
+stack) is set-up: libraries probe shapes that way before the model is placed (ultralytics runs
+its new detection model once on a CPU tensor for its strides, ``AutoBackend`` while loading
+weights). That is not model compute the program meant for the device either.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from types import FrameType
 from typing import NamedTuple, Optional
 
 import torch
+from torch import nn
 
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _DMLPATCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -40,6 +46,7 @@ class Site(NamedTuple):
 class Caller(NamedTuple):
     site: Optional[Site]  # None: no frame outside torch and dmlpatch (autograd's threads)
     loading: bool
+    building: bool  # under an nn.Module's __init__
 
 
 def internal(path: str) -> bool:
@@ -57,16 +64,20 @@ def display(path: str) -> str:
 
 def caller(depth: int = 1) -> Caller:
     """The innermost frame outside torch and dmlpatch above the caller's ``depth``-th frame,
-    and whether data loading or a transform is on the stack."""
+    and whether data loading, a transform or a module's construction is on the stack."""
     frame: Optional[FrameType] = sys._getframe(depth + 1)
     site: Optional[Site] = None
-    loading = False
+    loading = building = False
     while frame is not None:
-        path = frame.f_code.co_filename
+        code = frame.f_code
+        path = code.co_filename
         if site is None and not internal(path):
-            site = Site(path, frame.f_lineno, frame.f_code.co_name)
+            site = Site(path, frame.f_lineno, code.co_name)
         if any(part in path for part in _LOADING):
             loading = True
             break
+        if code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), nn.Module):
+            building = True
+            break
         frame = frame.f_back
-    return Caller(site, loading)
+    return Caller(site, loading, building)

@@ -8,17 +8,20 @@ runs, :mod:`.operators` under ``dmlpatch check``) and read at exit by :mod:`.sum
 from __future__ import annotations
 
 import _thread
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from dmlpatch.placement.frames import Site
+if TYPE_CHECKING:  # frames imports torch; the ledger itself needs nothing of it
+    from dmlpatch.placement.frames import Site
 
 CPU = "cpu"
 LOADING = "data loading"
+BUILDING = "model set-up"
 
 
 class Ledger:
-    """Calls and FLOPs per place (a torch device type, or :data:`LOADING` for CPU work of data
-    loading), and per source line for model compute on the CPU.
+    """Calls and FLOPs per place (a torch device type, or :data:`LOADING` / :data:`BUILDING`
+    for CPU work of data loading / of modules being built), and per source line for model
+    compute on the CPU.
 
     Places are device types rather than "the device": the device is known only once it is
     resolved, which an activated program may never ask for until exit.
@@ -66,9 +69,9 @@ class Ledger:
         return calls, flops
 
     def model_compute(self) -> bool:
-        """Whether any model compute (not data loading) was counted."""
+        """Whether any model compute (not data loading or set-up) was counted."""
         with self._lock:
-            return any(place != LOADING for place in self.places)
+            return any(place not in (LOADING, BUILDING) for place in self.places)
 
     def heaviest_cpu_sites(self) -> list[tuple[Optional[Site], dict[str, Any]]]:
         with self._lock:

@@ -76,8 +76,11 @@ def _count(
     if caller is None:
         # Frames: this function, the hook, Module._call_impl, then the layer's caller.
         caller = frames.caller(depth=2)
-        _callers[module] = caller
-    if caller.loading:
+        if not caller.building:  # a layer probed while built may later run for real
+            _callers[module] = caller
+    if caller.building:
+        book.add(ledger.BUILDING, flops)
+    elif caller.loading:
         book.add(ledger.LOADING, flops)
     else:
         book.add_cpu(caller.site, family, flops)

@@ -63,7 +63,9 @@ class Counter(TorchDispatchMode):
         if kind == "cpu":
             # Frames: _count, __torch_dispatch__, then torch's dispatch machinery.
             caller = frames.caller(depth=2)
-            if caller.loading:
+            if caller.building:
+                self.ledger.add(ledger.BUILDING, flops)
+            elif caller.loading:
                 self.ledger.add(ledger.LOADING, flops)
             else:
                 self.ledger.add_cpu(caller.site, family, flops)

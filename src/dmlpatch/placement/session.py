@@ -110,7 +110,13 @@ def section() -> Optional[dict[str, Any]]:
         chosen = selected()
         if chosen is None or not _counts_for(chosen):
             return None
-        _section = summary.compute(book, chosen.device, chosen.type)
+        try:
+            _section = summary.compute(book, chosen.device, chosen.type)
+        except Exception as error:  # at exit: the report and the program's status come first
+            from dmlpatch import log
+
+            log.info(f"could not summarise where compute ran: {error!r}")
+            return None
     return _section
 
 

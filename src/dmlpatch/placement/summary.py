@@ -27,7 +27,10 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
     device_calls, device_flops = book.totals(device_type)
     cpu_calls, cpu_flops = book.totals(ledger.CPU)
     loading_calls, loading_flops = book.totals(ledger.LOADING)
-    elsewhere_calls, elsewhere_flops = book.others(device_type, ledger.CPU, ledger.LOADING)
+    building_calls, building_flops = book.totals(ledger.BUILDING)
+    elsewhere_calls, elsewhere_flops = book.others(
+        device_type, ledger.CPU, ledger.LOADING, ledger.BUILDING
+    )
     sites = book.heaviest_cpu_sites()
     cpu_share = _share(cpu_calls, cpu_flops, device_calls, device_flops)
     lines = [
@@ -51,6 +54,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
         "on_device": {"calls": device_calls, "flops": device_flops},
         "on_cpu": {"calls": cpu_calls, "flops": cpu_flops},
         "data_loading_on_cpu": {"calls": loading_calls, "flops": loading_flops},
+        "model_setup_on_cpu": {"calls": building_calls, "flops": building_flops},
         "elsewhere": {"calls": elsewhere_calls, "flops": elsewhere_flops},
         "device_share": None if cpu_share is None else round(1.0 - cpu_share, 4),
         "cpu_lines": lines,
@@ -112,12 +116,16 @@ def explain(section: dict[str, Any]) -> list[str]:
     cause = section.get("likely_cause")
     if cause:
         out.append(f"likely cause: {cause['text']}")
-    loading = section["data_loading_on_cpu"]
-    if loading["calls"]:
-        out.append(
-            f"  (data loading ran {loading['calls']} heavy calls, {_flops(loading['flops'])}, on "
-            "the CPU: not model compute)"
-        )
+    for key, what in (
+        ("data_loading_on_cpu", "data loading"),
+        ("model_setup_on_cpu", "modules being built (shape probes in __init__)"),
+    ):
+        part = section[key]
+        if part["calls"]:
+            out.append(
+                f"  ({what} ran {part['calls']} heavy calls, {_flops(part['flops'])}, on the "
+                "CPU: not model compute)"
+            )
     return out
 
 
