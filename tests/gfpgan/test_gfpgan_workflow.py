@@ -567,10 +567,14 @@ def test_unsupported_version_warns_and_runs_unpatched(assets, tmp_path: Path) ->
     assert result.code == 0, result.err
     assert result.out.splitlines()[-1] == "cpu"  # GFPGANer unpatched: its own choice
     warnings = [line for line in result.err_lines if line.startswith("dmlpatch: warning")]
-    assert warnings == [
+    unpatched, on_cpu = warnings
+    assert unpatched == (
         "dmlpatch: warning: patch spec 'gfpgan' is for gfpgan <1.4,>=1.3.5, but 9.0 is "
         "installed; gfpgan runs unpatched"
-    ]
+    )
+    # So GFPGANer's models ran on the CPU, and the run says so at exit instead of implying
+    # DirectML did the work.
+    assert "100% of model compute" in on_cpu and "ran on the CPU, not on privateuseone:0" in on_cpu
 
 
 def test_realesrgan_half_policy() -> None:

@@ -506,5 +506,7 @@ def test_check_says_the_seed_run_works_on_directml(ws: Workspace, tmp_path: Path
     # validation of best.pt ran on the device, forward and backward.
     compute = data["compute"]
     assert compute["on_cpu"] == {"calls": 0, "flops": 0} and compute["cpu_lines"] == []
-    assert compute["device_share"] == 1.0 and compute["on_device"]["calls"] > 1000
+    assert compute["device_share"] == 1.0
+    # Heavy calls on the device: two training steps forward and backward, then validations.
+    assert compute["on_device"]["calls"] > 100
     assert "model compute: all model compute" in result.err
