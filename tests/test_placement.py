@@ -103,10 +103,13 @@ def _warnings(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("dmlpatch: warning:")]
 
 
-def _run(tmp_path: Path, script: Path, *options: str, **env: str) -> tuple[Any, dict[str, Any]]:
+def _run(
+    tmp_path: Path, script: Path, *options: str, args: tuple[str, ...] = (), **env: str
+) -> tuple[Any, dict[str, Any]]:
+    """The script under the runner on the simulated device, ``args`` after it; its report."""
     report = tmp_path / "report.json"
     result = run_python(
-        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", *options, script.name],
+        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", *options, script.name, *args],
         cwd=script.parent,
         env=clean_env(**env),
     )
@@ -347,15 +350,9 @@ def test_a_shape_probe_while_building_is_not_model_compute(
     tmp_path: Path, write: Callable[[str, str], Path], placed: bool
 ) -> None:
     script = write("program.py", PROBED)
-    args = ["place"] if placed else []
-    report = tmp_path / "report.json"
-    result = run_python(
-        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", script.name, *args],
-        cwd=tmp_path,
-        env=clean_env(),
-    )
+    result, report = _run(tmp_path, script, args=("place",) if placed else ())
     assert result.code == 0, result.err
-    compute = json.loads(report.read_text())["compute"]
+    compute = report["compute"]
     assert compute["model_setup_on_cpu"]["calls"] == 2  # the probe's conv and batch norm
     if placed:
         assert compute["device_share"] == 1.0 and _warnings(result.err) == []

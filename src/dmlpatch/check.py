@@ -224,32 +224,21 @@ def _sim_counters() -> dict[str, Any]:
 # ---- the table ----
 
 
-def _internal(path: str) -> bool:
-    """A frame of torch or dmlpatch (not where the program called the operator)."""
-    import torch
-
-    skipped = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
-    return path.startswith("<") or os.path.abspath(path).startswith(skipped)
-
-
 def first_frame(stack: str) -> Optional[str]:
     """``file:line`` of the innermost frame in the program's or a library's code (not torch,
     not dmlpatch), from a formatted stack; paths under the working directory are relative."""
+    from dmlpatch.placement import frames
+
     found = None
     for line in stack.splitlines():
         match = _FRAME.match(line)
         if match is None:
             continue
         path = match.group("file")
-        if _internal(path):
+        if frames.internal(path):
             continue
-        found = f"{_display(path)}:{match.group('line')}"
+        found = f"{frames.display(path)}:{match.group('line')}"
     return found
-
-
-def _display(path: str) -> str:
-    relative = os.path.relpath(path) if os.path.isabs(path) else path
-    return path if relative.startswith("..") else relative
 
 
 def table_rows(counters: dict[str, Any]) -> list[Row]:
@@ -395,8 +384,10 @@ def _print(
         out.write("  no operator ran on the device\n")
     if divergence is not None:
         out.write(f"first divergence: {divergence.op}: {divergence.detail}\n")
-        frames = [f for f in divergence.stack if not _internal(f.filename)]
-        out.write("".join(traceback.format_list(frames[-6:])))
+        from dmlpatch.placement import frames
+
+        shown = [f for f in divergence.stack if not frames.internal(f.filename)]
+        out.write("".join(traceback.format_list(shown[-6:])))
     out.write(f"verdict: {outcome.verdict}\n")
     out.flush()
 

@@ -17,7 +17,7 @@ Two views of the same families:
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 from torch import nn
@@ -49,13 +49,16 @@ _layer_families: dict[type, Optional[str]] = {}
 
 def layer_family(kind: type) -> Optional[str]:
     """The family of an ``nn.Module`` type (subclasses included), or None; cached per type."""
-    try:
+    if kind in _layer_families:
         return _layer_families[kind]
-    except KeyError:
-        pass
     family = next((name for base, name in _LAYER_BASES if issubclass(kind, base)), None)
     _layer_families[kind] = family
     return family
+
+
+def known_layer_families() -> dict[type, Optional[str]]:
+    """The cache :func:`layer_family` fills, for a hook that reads it without a call."""
+    return _layer_families
 
 
 def _first_tensor(value: Any) -> Optional[torch.Tensor]:
@@ -81,7 +84,7 @@ def _parameter_count(module: nn.Module) -> int:
 def layer_flops(family: str, module: nn.Module, inputs: tuple[Any, ...], out: torch.Tensor) -> int:
     """Forward FLOPs of one layer call, from its weights and the shapes it saw."""
     if family == CONVOLUTION:
-        weight = module.weight  # type: ignore[union-attr]
+        weight = cast(torch.Tensor, module.weight)
         if getattr(module, "transposed", False):
             first = _first_tensor(inputs)
             spread = first.numel() if first is not None else 0

@@ -23,7 +23,9 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+# No separator at the end: torchvision, torchaudio and torch-directml sit beside torch and
+# count as torch's own code too (the line that matters is the one that called into them).
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 _DMLPATCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LOADING = (
     os.path.join(_TORCH, "utils", "data") + os.sep,
@@ -50,8 +52,13 @@ class Caller(NamedTuple):
 
 
 def internal(path: str) -> bool:
-    """A file of torch or dmlpatch, or one Python made up (frozen modules)."""
-    return path.startswith((_TORCH, _DMLPATCH, "<frozen"))
+    """A file of torch (and its siblings) or dmlpatch, or one Python made up (``<frozen ...>``,
+    ``<string>``): never the line where the program ran something."""
+    if path.startswith("<"):
+        return True
+    if not os.path.isabs(path):
+        path = os.path.abspath(path)
+    return path.startswith((_TORCH, _DMLPATCH))
 
 
 def display(path: str) -> str:

@@ -18,6 +18,7 @@ from torch.utils.hooks import RemovableHandle
 
 from dmlpatch.placement import families, frames, ledger
 
+_UNSEEN = "unseen"
 _handle: Optional[RemovableHandle] = None
 # A layer's calling line is found on its first CPU call; later calls reuse it.
 _callers: weakref.WeakKeyDictionary[nn.Module, frames.Caller] = weakref.WeakKeyDictionary()
@@ -28,10 +29,14 @@ def install() -> ledger.Ledger:
     global _handle
     uninstall()
     book = ledger.start("layers")
+    known = families.known_layer_families()
     family_of = families.layer_family
 
     def after_forward(module: nn.Module, inputs: Any, output: Any) -> None:
-        family = family_of(type(module))
+        # Every module call of the process comes here: a dict read, then out for most.
+        family = known.get(type(module), _UNSEEN)
+        if family is _UNSEEN:
+            family = family_of(type(module))
         if family is None:
             return
         try:
@@ -49,10 +54,6 @@ def uninstall() -> None:
         _handle.remove()
         _handle = None
     _callers.clear()
-
-
-def installed() -> bool:
-    return _handle is not None
 
 
 def _count(
