@@ -62,9 +62,10 @@ PER_CALL = textwrap.dedent(
 )
 
 # Activation as the .pth bootstrap does it: specs planned, hook installed, nothing resolved.
-HOOK_ONLY = "import dmlpatch.engine; dmlpatch.engine.activate('sim')"
+HOOK_ONLY = "import dmlpatch.patching.engine; dmlpatch.patching.engine.activate('sim')"
 DMLPATCH_ACTIVE = (
-    "import dmlpatch, dmlpatch.engine; dmlpatch.engine.activate('sim'); dmlpatch.device()"
+    "import dmlpatch, dmlpatch.patching.engine; dmlpatch.patching.engine.activate('sim'); "
+    "dmlpatch.device()"
 )
 # cuda-morph's activate() patches only when an Ascend NPU is present; its global patches of
 # torch.device and Tensor/Module.cuda are applied directly, as they are on an NPU machine.
@@ -179,7 +180,7 @@ def runner_startup(rounds: int, workdir: Path) -> None:
 
 def activation_startup(rounds: int, workdir: Path) -> None:
     """A process of an activated environment that never imports torch (pip, a linter)."""
-    from dmlpatch import activation
+    from dmlpatch.startup import activation
 
     plain_site, activated_site = workdir / "plain-site", workdir / "activated-site"
     plain_site.mkdir()
@@ -229,8 +230,8 @@ def target_import(rounds: int, workdir: Path) -> None:
     )
     env = {**BASE_ENV, "PYTHONPATH": str(site), "DMLPATCH_PATCHES": str(specs)}
     code = (
-        "import time, sys, torch, dmlpatch.engine\n"
-        "dmlpatch.engine.activate('cpu')\n"
+        "import time, sys, torch, dmlpatch.patching.engine\n"
+        "dmlpatch.patching.engine.activate('cpu')\n"
         "t = time.perf_counter(); import benchtarget.big\n"
         "sys.stdout.write(str(time.perf_counter() - t))\n"
     )

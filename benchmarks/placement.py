@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     options = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from dmlpatch import resolution
+    from dmlpatch.device import resolution
 
     resolution.configure("sim")
     device = resolution.current().torch_device()

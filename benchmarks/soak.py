@@ -13,8 +13,8 @@ at once (default 4), each run a fresh process:
 Each workload has its own empty caches, so its first run is the cold one:
 ``DMLPATCH_CACHE_DIR`` (the simulated device's build, patch plans) and ``PYTHONPYCACHEPREFIX``,
 where the bytecode cache of rewritten modules (``*.opt-dmlpatch*.pyc``, see
-``dmlpatch.bytecode_cache``) goes instead of the ``__pycache__`` directories of the installed
-targets. Bytecode is written, as
+``dmlpatch.rewriting.bytecode_cache``) goes instead of the ``__pycache__`` directories of the
+installed targets. Bytecode is written, as
 users' interpreters write it. (Neither workload imports a rewritten module today: the
 ultralytics spec only wraps functions, so that cache stays empty; the GFPGAN stack fills it.)
 
@@ -170,7 +170,7 @@ def _dmlpatch_inputs() -> dict[str, tuple[int, int]]:
     """(mtime_ns, size) of dmlpatch's sources and patch specs, which its caches depend on."""
     spec = importlib.util.find_spec("dmlpatch")
     packages = list(spec.submodule_search_locations or []) if spec else []
-    roots = [*packages, str(REPO / "patches")]
+    roots = packages  # the patch specs are inside the package
     return {
         str(path): (path.stat().st_mtime_ns, path.stat().st_size)
         for root in roots

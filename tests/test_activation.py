@@ -13,8 +13,8 @@ import pytest
 from support import clean_env, linked_venv, run_python
 
 CHECK = (
-    "import sys; from dmlpatch import engine; "
-    "print(engine.is_active(), 'torch' in sys.modules, 'dmlpatch.bootstrap' in sys.modules)"
+    "import sys; from dmlpatch.patching import engine; "
+    "print(engine.is_active(), 'torch' in sys.modules, 'dmlpatch.startup.bootstrap' in sys.modules)"
 )
 
 
@@ -136,7 +136,7 @@ def test_bootstrap_line_never_fails_without_dmlpatch(env: tuple[str, Path], tmp_
 
 _CRASH_DURING_WRITE = """
 import os, sys
-from dmlpatch import activation
+from dmlpatch.startup import activation
 def killed(*args, **kwargs):
     os._exit(9)  # the process dies after writing the temporary file, before the rename
 os.replace = killed

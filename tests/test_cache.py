@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from corpus._harness import Sandbox, child_env, sandbox
-from dmlpatch import bytecode_cache, hook, rewrite
 from dmlpatch._version import __version__
+from dmlpatch.rewriting import bytecode_cache, hook
+from dmlpatch.rewriting import sites as rewrite
 
 SOURCE = """
     def move(x):
@@ -229,7 +230,8 @@ def test_a_stale_verdict_is_cached_too(box: Sandbox, monkeypatch: pytest.MonkeyP
 _CHILD = """
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from dmlpatch import hook, report
+from dmlpatch.rewriting import hook
+from dmlpatch import report
 open(os.path.join(sys.argv[2], str(os.getpid())), "w").close()
 while not os.path.exists(os.path.join(sys.argv[2], "go")):
     time.sleep(0.005)
@@ -288,7 +290,9 @@ def test_concurrent_cold_imports_all_succeed(box: Sandbox, tmp_path: Path) -> No
 _REAL_CHILD = """
 import json, os, sys, time
 from importlib.machinery import PathFinder
-from dmlpatch import engine, hook, report
+from dmlpatch.patching import engine
+from dmlpatch.rewriting import hook
+from dmlpatch import report
 
 def search_path(package):
     # The package's directories, found without importing it: its __init__ imports torch.
@@ -375,7 +379,7 @@ def test_concurrent_cold_loads_of_the_real_targets(
 
 
 def _real_targets() -> list[hook.ModuleTarget]:
-    from dmlpatch import plan
+    from dmlpatch.patching import plan
 
     return [hook.ModuleTarget(*target) for target in plan.build()["targets"]]
 
@@ -393,7 +397,7 @@ def test_write_is_atomic_for_readers(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys\nfrom dmlpatch import bytecode_cache as c\n"
+            "import sys\nfrom dmlpatch.rewriting import bytecode_cache as c\n"
             "s = (int(sys.argv[3]), int(sys.argv[4]))\n"
             "for _ in range(3000):\n"
             "    assert c.read(sys.argv[1], sys.argv[2], s) is not None\n",

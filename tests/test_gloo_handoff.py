@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dmlpatch.gloo_handoff import GlooHandoff
+from dmlpatch.patches.torch.gloo_handoff import GlooHandoff
 
 
 def _handoff() -> GlooHandoff:

@@ -15,7 +15,8 @@ from typing import Optional
 import pytest
 
 from corpus._harness import CORPUS, Sandbox, sandbox
-from dmlpatch import hook, report
+from dmlpatch import report
+from dmlpatch.rewriting import hook
 
 SITES = """
     import torch

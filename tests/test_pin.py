@@ -27,7 +27,8 @@ from typing import Optional
 import packaging
 import pytest
 
-from dmlpatch import cli, pip_config
+from dmlpatch.commands import cli
+from dmlpatch.pinning import pip_config
 
 from support import REPO, Result, clean_env, run_python
 
@@ -453,6 +454,6 @@ def test_every_command_answers_help() -> None:
 def test_the_refusal_line_knows_the_pin_in_merged_constraints(
     constraint: str, pin: str, holds: bool
 ) -> None:
-    from dmlpatch.pip_refusal import _holds
+    from dmlpatch.pinning.pip_refusal import _holds
 
     assert _holds(constraint, pin) is holds

@@ -12,7 +12,7 @@ import pytest
 
 from support import REPO, clean_env, run_python
 
-CHILD = str(REPO / "src" / "dmlpatch" / "_child")
+CHILD = str(REPO / "src" / "dmlpatch" / "startup" / "_child")
 
 EXPLICIT_CPU = """
 import torch

@@ -500,7 +500,7 @@ def test_warm_discovery_reads_no_source_without_sites(
     env = clean_env(DMLPATCH_CACHE_DIR=str(tmp_path / "cache"))
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "import dmlpatch.discovery as d\n"
+        "import dmlpatch.rewriting.discovery as d\n"
         "calls = []\n"
         "original = d._examine\n"
         "d._examine = lambda origin: calls.append(origin) or original(origin)\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlpatch import resolution
+from dmlpatch.device import resolution
 from dmlpatch.errors import DeviceUnavailable, UsageError
 
 from support import clean_env, run_python

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from corpus._harness import accelerator, child_env, cpu, idiom_files, marked_sites, sandbox
-from dmlpatch import resolution, runtime
-from dmlpatch.rewrite import Site, find_sites, rewrite
+from dmlpatch.device import resolution
+from dmlpatch.rewriting import runtime
+from dmlpatch.rewriting.sites import Site, find_sites, rewrite
 
 IDIOMS = idiom_files()
 
@@ -176,7 +177,7 @@ def test_rewritten_code_reads_like_the_original() -> None:
         """\
         \"\"\"A module.\"\"\"
         from __future__ import annotations
-        import dmlpatch.runtime as __dmlpatch__
+        import dmlpatch.rewriting.runtime as __dmlpatch__
         import torch
         device = torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
 
@@ -193,7 +194,9 @@ def test_rewritten_code_reads_like_the_original() -> None:
 def test_runtime_import_is_inserted_once_and_only_with_sites() -> None:
     with_sites = rewrite("x.cuda()\ny.cuda()\n").tree
     imports = [node for node in with_sites.body if isinstance(node, ast.Import)]
-    assert [alias.name for node in imports for alias in node.names] == ["dmlpatch.runtime"]
+    assert [alias.name for node in imports for alias in node.names] == [
+        "dmlpatch.rewriting.runtime"
+    ]
     assert imports[0].names[0].asname == runtime.ALIAS == "__dmlpatch__"
     assert with_sites.body[0] is imports[0]
     without = rewrite("'''doc'''\nimport torch\n").tree
@@ -382,7 +385,7 @@ CPU_RESULTS: dict[str, dict[str, Any]] = {
 
 _DRIVER = """
 import importlib, importlib.util, json, sys
-from dmlpatch import hook
+from dmlpatch.rewriting import hook
 sys.path.insert(0, sys.argv[1])
 results = {}
 for name in sys.argv[2:]:

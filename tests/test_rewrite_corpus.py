@@ -37,9 +37,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corpus._harness import accelerator
-from dmlpatch import resolution
-from dmlpatch.rewrite import Rewritten, rewrite
-from dmlpatch.runtime import ALIAS
+from dmlpatch.device import resolution
+from dmlpatch.rewriting.runtime import ALIAS
+from dmlpatch.rewriting.sites import Rewritten, rewrite
 
 PURELIB = Path(sysconfig.get_paths()["purelib"])
 
@@ -254,7 +254,7 @@ def test_the_rewriter_cannot_break_site_packages(
 #
 # Programs composed of CUDA idioms (sites) and look-alikes (not sites) in varied surroundings.
 # Each runs twice against a stand-in torch that believes it has two CUDA GPUs: as written, and
-# rewritten, with the real dmlpatch.runtime answering for a two-adapter accelerator.
+# rewritten, with the real dmlpatch.rewriting.runtime answering for a two-adapter accelerator.
 
 #: One source line and how many sites the rewriter must find on it.
 Line = tuple[str, int]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dmlpatch import scan, specs
 from dmlpatch._metadata import version_of
+from dmlpatch.commands import scan
+from dmlpatch.patching import specs
 
 from support import run_python
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dmlpatch import specs
 from dmlpatch.errors import SpecError
+from dmlpatch.patching import specs
 
 GOOD = """
 [package]
@@ -146,7 +146,7 @@ def test_environment_directories_and_disabling(tmp_path: Path, monkeypatch) -> N
 def test_local_directory_overrides_a_builtin_spec(tmp_path: Path, monkeypatch) -> None:
     builtin = specs.builtin_directory()
     assert builtin is not None
-    name = sorted(builtin.glob("*.toml"))[0].stem
+    name = specs.spec_name(specs.specs_in(builtin)[0])
     _write(tmp_path, GOOD, f"{name}.toml")
     monkeypatch.setenv("DMLPATCH_PATCHES", str(tmp_path))
     (chosen,) = [spec for spec in specs.load_all() if spec.name == name]
@@ -173,5 +173,7 @@ def test_duplicate_names_and_missing_directory(tmp_path: Path, monkeypatch) -> N
 def test_builtin_specs_are_valid() -> None:
     directory = specs.builtin_directory()
     assert directory is not None
-    for path in directory.glob("*.toml"):
+    paths = specs.specs_in(directory)
+    assert {specs.spec_name(path) for path in paths} >= {"torch", "ultralytics", "gfpgan"}
+    for path in paths:
         specs.load_file(path)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dmlpatch import resolution
 from dmlpatch._tuple import NamedTuple
+from dmlpatch.device import resolution
 from dmlpatch.errors import UsageError
 
 

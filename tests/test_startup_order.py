@@ -90,7 +90,7 @@ def test_an_activated_process_without_torch_never_imports_it(
     result = run_python(["-X", "importtime", script.name], cwd=tmp_path, python=activated_venv)
     assert result.code == 0, result.err
     assert result.out == "torch imported: False\n"
-    assert "dmlpatch.bootstrap" in result.err  # the .pth did start dmlpatch
+    assert "dmlpatch.startup.bootstrap" in result.err  # the .pth did start dmlpatch
     assert not [line for line in result.err.splitlines() if line.rstrip().endswith("| torch")]
 
 
@@ -111,7 +111,7 @@ def test_a_program_without_torch_runs_without_torch(tmp_path: Path, device: str)
     assert result.code == 0, result.err
     assert result.out == "torch imported: False\n"
     imported = [line.rpartition("|")[2].strip() for line in result.err.splitlines()]
-    assert "dmlpatch.engine" in imported  # patches were installed
+    assert "dmlpatch.patching.engine" in imported  # patches were installed
     assert not [name for name in imported if name == "torch" or name.startswith("torch.")]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlpatch import specs, wrapping
+from dmlpatch.patching import specs, wrapping
 
 TARGET = """
 def init_model(name, device="cuda"):

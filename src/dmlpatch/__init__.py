@@ -16,27 +16,27 @@ __all__ = ["__version__", "activate", "describe", "device", "unpatch"]
 
 def device() -> Any:
     """The ``torch.device`` this process targets (resolving it on first call)."""
-    from dmlpatch import resolution
+    from dmlpatch.device import resolution
 
     return resolution.current().torch_device()
 
 
 def describe() -> dict[str, Any]:
     """Backend, device, adapter name(s) and why they were chosen."""
-    from dmlpatch import resolution
+    from dmlpatch.device import resolution
 
     return resolution.current().as_dict()
 
 
 def activate(device: Optional[str] = None) -> None:
     """Install the patches for this process (what ``import dmlpatch.auto`` does)."""
-    from dmlpatch import engine
+    from dmlpatch.patching import engine
 
     engine.activate(device)
 
 
 def unpatch() -> None:
     """Remove every function-level fix and the import hook."""
-    from dmlpatch import engine
+    from dmlpatch.patching import engine
 
     engine.deactivate()

@@ -1,8 +1,8 @@
-"""``python -m dmlpatch``: see :mod:`dmlpatch.cli`."""
+"""``python -m dmlpatch``: see :mod:`dmlpatch.commands.cli`."""
 
 import sys
 
-from dmlpatch.cli import main
+from dmlpatch.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

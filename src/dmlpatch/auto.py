@@ -3,10 +3,11 @@
 The device comes from ``$DMLPATCH_DEVICE`` (default ``auto``), the scope from
 ``$DMLPATCH_SCOPE``, and ``$DMLPATCH_REPORT`` names a report to write at exit. Modules imported
 afterwards are rewritten; the script itself is run again from the top, rewritten, when it has
-CUDA sites and nothing before this import did anything (see ``dmlpatch.main_script``).
+CUDA sites and nothing before this import did anything (see ``dmlpatch.rewriting.main_script``).
 """
 
-from dmlpatch import bootstrap, main_script
+from dmlpatch.rewriting import main_script
+from dmlpatch.startup import bootstrap
 
 bootstrap.startup(main=False)
 if bootstrap.started():

@@ -158,7 +158,7 @@ def _unselected() -> str:
 
 
 def _scope() -> str:
-    from dmlpatch import discovery
+    from dmlpatch.rewriting import discovery
 
     return discovery.configured_scope()
 

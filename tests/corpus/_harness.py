@@ -15,8 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmlpatch import hook, report, resolution
-from dmlpatch.hook import ModuleTarget
+from dmlpatch import report
+from dmlpatch.device import resolution
+from dmlpatch.rewriting import hook
+from dmlpatch.rewriting.hook import ModuleTarget
 
 CORPUS = Path(__file__).resolve().parent
 _MARKER = re.compile(r"# site: ([a-z_]+(?:, [a-z_]+)*)")

@@ -578,7 +578,7 @@ def test_unsupported_version_warns_and_runs_unpatched(assets, tmp_path: Path) ->
 
 
 def test_realesrgan_half_policy() -> None:
-    from dmlpatch.fixes.realesrgan import keeps_half
+    from dmlpatch.patches.realesrgan.fixes import keeps_half
 
     assert keeps_half("directml", "privateuseone")
     assert not keeps_half("sim", "privateuseone")  # CPU kernels: float16 ~100x slower

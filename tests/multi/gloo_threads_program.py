@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dmlpatch import gloo_handoff
+from dmlpatch.patches.torch import gloo_handoff
 
 freed: collections.Counter = collections.Counter()
 watched: list = []

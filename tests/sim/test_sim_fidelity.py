@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from tests.sim.helpers import run_json, run_python
 
-from dmlpatch.sim import opindex
-from dmlpatch.sim.profile_table import PROFILES, RULES_0_2_5
+from dmlpatch.gaps import registered_ops as opindex
+from dmlpatch.gaps.profiles import PROFILES, RULES_0_2_5
 
 PROBE = """
 import json, warnings, torch, dmlpatch.sim as sim

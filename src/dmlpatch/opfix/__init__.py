@@ -17,7 +17,7 @@ cpu_ops    ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ========== ==================================================================================
 
 A fix is installed only where the backend has the gap it fixes: on the simulated device per
-profile (:mod:`dmlpatch.sim.profile_table`), on real DirectML per torch-directml release
+profile (:mod:`dmlpatch.gaps.profiles`), on real DirectML per torch-directml release
 (:data:`DIRECTML_RELEASES`). A fixed kernel that receives arguments DirectML handles itself
 passes them to DirectML's own kernel (through the operator's ``.out`` variant, which it
 registers), so only the calls DirectML would refuse change path.
@@ -83,7 +83,8 @@ def gaps(profile: str) -> tuple[frozenset[str], frozenset[str]]:
     """``(refused, native)`` for a profile: operators with refusal rules, and the overloads
     DirectML runs natively (names without ``aten::``); everything else falls back to the CPU.
     """
-    from dmlpatch.sim import opindex, profile_table
+    from dmlpatch.gaps import profiles as profile_table
+    from dmlpatch.gaps import registered_ops as opindex
 
     chosen = profile_table.resolve(profile)
     refused = profile_table.refused_ops(profile)

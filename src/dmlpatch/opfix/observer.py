@@ -3,7 +3,7 @@
 torch-directml counts nothing and warns once per operator, so on real hardware the counts
 come from a :class:`~torch.utils._python_dispatch.TorchDispatchMode` that sees every operator
 call below autograd. It classifies each call the way DirectML will serve it, from the same
-data the simulated device uses (:mod:`dmlpatch.sim.opindex`, the profile's rules):
+data the simulated device uses (:mod:`dmlpatch.gaps.registered_ops`, the profile's rules):
 
 * **native**: DirectML registers the overload (or its structured ``.out`` kernel), or PyTorch
   composes it of other operators on the device;
@@ -51,7 +51,8 @@ class Observer(TorchDispatchMode):
 
     def __init__(self, profile: str) -> None:
         super().__init__()
-        from dmlpatch.sim import opindex, profile_table
+        from dmlpatch.gaps import profiles as profile_table
+        from dmlpatch.gaps import registered_ops as opindex
 
         _, native = opfix.gaps(profile)
         self._native = native

@@ -83,7 +83,8 @@ def _explicit_cpu(path: str) -> Optional[tuple[int, str]]:
 def _unrewritten_site(cpu_files: list[str], main: Optional[str]) -> Optional[Cause]:
     """A loaded module with a CUDA device site that was not rewritten, preferring the files
     that ran the compute, then the program's own files (beside the main script)."""
-    from dmlpatch import report, rewrite
+    from dmlpatch import report
+    from dmlpatch.rewriting import sites as rewrite
 
     rewritten, skipped = report.module_fates()
     home = os.path.dirname(os.path.abspath(main)) + os.sep if main else None
@@ -134,7 +135,7 @@ def _unrewritten_site(cpu_files: list[str], main: Optional[str]) -> Optional[Cau
 
 
 def _out_of_scope_reason() -> str:
-    from dmlpatch import discovery
+    from dmlpatch.rewriting import discovery
 
     scope = discovery.configured_scope()
     if scope == "specs":

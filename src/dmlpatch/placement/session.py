@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any, Optional
 
-    from dmlpatch.resolution import Resolution
+    from dmlpatch.device.resolution import Resolution
 
 ACCOUNTING_VAR = "DMLPATCH_ACCOUNTING"
 QUIET_VAR = "DMLPATCH_QUIET"
@@ -39,7 +39,7 @@ def arm() -> None:
     if _armed or os.environ.get(ACCOUNTING_VAR) == "0":
         return
     _armed = True
-    from dmlpatch import hook
+    from dmlpatch.rewriting import hook
 
     hook.when_imported("torch", _start)
 
@@ -51,7 +51,7 @@ def _counts_for(chosen: Resolution) -> bool:
 def _start(torch: ModuleType) -> None:
     if _by_operators:
         return
-    from dmlpatch import resolution
+    from dmlpatch.device import resolution
 
     chosen = resolution.resolved_or_none()
     if chosen is not None and not _counts_for(chosen):
@@ -80,7 +80,7 @@ def selected() -> Optional[Resolution]:
     exit is refused once the interpreter has begun shutting down)."""
     import sys
 
-    from dmlpatch import resolution
+    from dmlpatch.device import resolution
     from dmlpatch.errors import DmlpatchError
 
     chosen = resolution.resolved_or_none()

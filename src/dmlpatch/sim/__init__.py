@@ -2,7 +2,7 @@
 
 Kernels are the CPU kernels, so results equal a CPU run; DirectML's gaps (CPU fallbacks,
 refused arguments, missing float64) come from the profile table in
-:mod:`dmlpatch.sim.profile_table`.
+:mod:`dmlpatch.gaps.profiles`.
 Importing this package imports neither torch nor the extension; :func:`load` does both.
 
 Environment: ``DMLPATCH_SIM_PROFILE`` (profile), ``DMLPATCH_SIM_DEVICES`` (adapters, default 1),
@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dmlpatch.errors import DeviceUnavailable
+from dmlpatch.gaps import profiles as _profiles
 from dmlpatch.sim import _state
-from dmlpatch.sim import profile_table as _profiles
 
 if TYPE_CHECKING:
     import torch

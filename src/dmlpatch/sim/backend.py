@@ -9,8 +9,8 @@ import threading
 from typing import Any
 
 from dmlpatch.errors import DeviceUnavailable
+from dmlpatch.gaps import profiles
 from dmlpatch.sim import _state
-from dmlpatch.sim import profile_table as profiles
 
 DEVICES_ENV = "DMLPATCH_SIM_DEVICES"
 FLOAT64_ENV = "DMLPATCH_SIM_FLOAT64"
@@ -89,7 +89,8 @@ def load(profile: str | None = None) -> None:
 def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fault: str) -> None:
     import torch
 
-    from dmlpatch.sim import build, counting, device_module, opindex, rnn
+    from dmlpatch.gaps import registered_ops as opindex
+    from dmlpatch.sim import build, counting, device_module, rnn
 
     path = build.ensure_built()
     torch.ops.load_library(str(path))

@@ -1,0 +1,1 @@
+"""The ``dmlpatch`` command and its subcommands."""

@@ -1,0 +1,1 @@
+"""Where the device is chosen: device specs resolved, torch-directml loaded, the choice said."""

@@ -1,0 +1,57 @@
+"""The runner's "running on ..." line, said when it becomes true.
+
+The device is resolved when the program first imports torch, but that is not where the program
+runs: a model whose device was chosen in code dmlpatch did not rewrite stays on the CPU. So the
+line waits until a rewritten CUDA site (or a library fix) first hands the device to the program,
+and a program that never asks for it is never told it runs there.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dmlpatch import log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+    from dmlpatch.device.resolution import Resolution
+
+#: Set by the runner for its children: torchrun's rank-0 worker speaks for the job (the
+#: launcher itself never touches a device).
+RANK_ZERO_VAR = "DMLPATCH_ANNOUNCE_RANK_ZERO"
+
+_pending: Optional[str] = None
+
+
+def resolved(chosen: Resolution) -> None:
+    """The line for a resolution: said now where nothing will be placed on an accelerator,
+    else when the program first receives the device."""
+    if not chosen.patches_needed:
+        log.say(f"{chosen.why}; dmlpatch leaves it alone")
+    elif not chosen.is_accelerator:
+        log.say(f"running on cpu: {chosen.why}")
+    else:
+        where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
+        on_first_use(f"running on {where}: {chosen.why}")
+
+
+def rank_zero_worker() -> bool:
+    """Whether this process is the local-rank-0 torchrun worker of a runner's job."""
+    return os.environ.get("LOCAL_RANK") == "0" and os.environ.get(RANK_ZERO_VAR) == "1"
+
+
+def on_first_use(line: str) -> None:
+    """Say ``line`` when the program first receives the device."""
+    global _pending
+    _pending = line
+
+
+def device_used() -> None:
+    """A rewritten site or fix handed the device to the program (cheap after the first call)."""
+    global _pending
+    if _pending is None:
+        return
+    line, _pending = _pending, None
+    log.say(line)

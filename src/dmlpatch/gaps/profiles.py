@@ -1,0 +1,163 @@
+"""What the simulated device refuses or runs on the CPU: DirectML's gaps as data.
+
+Each profile is a table of rules; nothing else in ``dmlpatch.sim`` decides fidelity. A rule
+names the operator, the predicate the C++ fallback evaluates on the call's arguments
+(``csrc/fallback.cpp``: ``flag``, ``present``, ``rank_above``, ``same_shape``,
+``only_dim_differs``, ``always``), the exact text DirectML raises, and where that text comes from.
+
+Which operators DirectML runs natively comes from the op list shipped in
+``data/registered_ops-0.2.5.txt`` (see :mod:`dmlpatch.gaps.registered_ops`); the others run
+through the CPU fallback with DirectML's once-per-operator warning.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from dmlpatch.errors import DeviceUnavailable
+
+DEFAULT_PROFILE = "torch-directml-0.2.5"
+PROFILE_ENV = "DMLPATCH_SIM_PROFILE"
+
+ERRORS_MD = "shared/dml/errors.md (strings of torch-directml 0.2.5's native library)"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One argument combination DirectML refuses with a RuntimeError."""
+
+    op: str  #: aten operator without overload, e.g. ``aten::_unique2`` (all overloads match)
+    predicate: str
+    args: tuple[str, ...]
+    message: str  #: verbatim; ``{n}`` is replaced by the rank for ``rank_above``
+    source: str
+    limit: int = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A DirectML release as the simulator reproduces it."""
+
+    name: str
+    description: str
+    #: Operators outside the native list run on the CPU with DirectML's warning (else native).
+    has_gaps: bool
+    rules: tuple[Rule, ...] = ()
+    #: ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` work. DirectML lacks them and has no
+    #: CPU kernel to fall back to, so nn.LSTM/nn.GRU raise NotImplementedError on it
+    #: (microsoft/DirectML#613, #677); the simulator reproduces that unless this is set.
+    fused_rnn_cells: bool = False
+    sources: tuple[str, ...] = field(default=())
+
+
+_UNIQUE_COUNTS = Rule(
+    "aten::_unique2",
+    "flag",
+    ("return_counts",),
+    "Return counts not implemented for unique operator for DirectML.",
+    ERRORS_MD + "; ultralytics' loss calls unique(return_counts=True)",
+)
+_UNIQUE_INVERSE = Rule(
+    "aten::_unique2",
+    "flag",
+    ("return_inverse",),
+    "Return inverse not implemented for unique operator for DirectML.",
+    ERRORS_MD,
+)
+_DIVISOR = "Divisor override isn't supported for DirectML."
+_SCATTER_SHAPE = "DirectML scatter doesn't allow for index and source to have different dimensions."
+_SCATTER_PARTIAL = (
+    "DirectML scatter doesn't allow partially modified dimensions. Please update the dimension "
+    "so that the indices and input only differ in the provided dimension."
+)
+
+RULES_0_2_5: tuple[Rule, ...] = (
+    # Counts is checked before inverse: unique(return_inverse=True, return_counts=True) reports
+    # the counts text.
+    _UNIQUE_COUNTS,
+    _UNIQUE_INVERSE,
+    Rule("aten::avg_pool2d", "present", ("divisor_override",), _DIVISOR, ERRORS_MD),
+    Rule("aten::avg_pool3d", "present", ("divisor_override",), _DIVISOR, ERRORS_MD),
+    # scatter with a src tensor: index and src must have the same shape.
+    Rule("aten::scatter", "same_shape", ("index", "src"), _SCATTER_SHAPE, ERRORS_MD),
+    Rule("aten::scatter_", "same_shape", ("index", "src"), _SCATTER_SHAPE, ERRORS_MD),
+    # index may differ from the input only along `dim`.
+    Rule(
+        "aten::scatter", "only_dim_differs", ("self", "dim", "index"), _SCATTER_PARTIAL, ERRORS_MD
+    ),
+    Rule(
+        "aten::scatter_", "only_dim_differs", ("self", "dim", "index"), _SCATTER_PARTIAL, ERRORS_MD
+    ),
+    # The result of repeat has max(self.dim(), len(repeats)) dimensions; "dimesion" is sic.
+    Rule(
+        "aten::repeat",
+        "rank_above",
+        ("self", "repeats"),
+        "the dimesion of at::Tensor must be 4 or lower, but got {n}",
+        ERRORS_MD,
+        limit=4,
+    ),
+)
+
+RULES_1_8: tuple[Rule, ...] = (
+    *RULES_0_2_5,
+    Rule(
+        "aten::normal_",
+        "always",
+        (),
+        "Could not run 'aten::normal_' with arguments from the 'DML' backend.",
+        "shared/dml/errors.md, 'Older releases': pytorch-directml 1.8 lacks normal_ "
+        "(GFPGAN/StyleGAN2 noise injection)",
+    ),
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "torch-directml-0.2.5",
+            "torch-directml 0.2.5.dev240914 (torch 2.4.1): its op list, fallback and refusals",
+            has_gaps=True,
+            rules=RULES_0_2_5,
+            sources=("data/registered_ops-0.2.5.txt", ERRORS_MD),
+        ),
+        Profile(
+            "pytorch-directml-1.8",
+            "pytorch-directml 1.8 (2022): as 0.2.5, and normal_ is missing",
+            has_gaps=True,
+            rules=RULES_1_8,
+            sources=("data/registered_ops-0.2.5.txt", ERRORS_MD),
+        ),
+        Profile(
+            "permissive",
+            "no gaps: every operator runs natively (for isolating bugs)",
+            has_gaps=False,
+            fused_rnn_cells=True,
+        ),
+    )
+}
+
+
+def names() -> list[str]:
+    """Profile names, default first."""
+    return [DEFAULT_PROFILE, *sorted(n for n in PROFILES if n != DEFAULT_PROFILE)]
+
+
+def resolve(name: str | None = None) -> Profile:
+    """The profile named by ``name``, else ``$DMLPATCH_SIM_PROFILE``, else the default."""
+    chosen = name or os.environ.get(PROFILE_ENV) or DEFAULT_PROFILE
+    try:
+        return PROFILES[chosen]
+    except KeyError:
+        raise DeviceUnavailable(
+            f"unknown simulated-device profile {chosen!r}; valid profiles: {', '.join(names())}"
+        ) from None
+
+
+def refused_ops(name: str | None = None) -> frozenset[str]:
+    """Operators (``aten::name``, all overloads) that a profile refuses some arguments of.
+
+    :mod:`dmlpatch.opfix` asks this to install only the fixes a profile needs.
+    """
+    return frozenset(rule.op for rule in resolve(name).rules)

@@ -1,0 +1,1 @@
+"""The basicsr patch: its spec and its function-level fixes."""

@@ -1,0 +1,1 @@
+"""The facexlib patch: its spec and its function-level fixes."""

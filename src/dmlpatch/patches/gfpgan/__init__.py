@@ -1,0 +1,1 @@
+"""The gfpgan patch: its spec and its function-level fixes."""

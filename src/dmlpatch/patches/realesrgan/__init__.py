@@ -1,0 +1,1 @@
+"""The realesrgan patch: its spec and its function-level fixes."""

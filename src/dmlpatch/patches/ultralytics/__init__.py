@@ -1,0 +1,1 @@
+"""The ultralytics patch: its spec and its function-level fixes."""

@@ -1,0 +1,94 @@
+"""Turning patch specs into an installed import hook and pending function wrappers."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from dmlpatch import log, report
+from dmlpatch.device import resolution
+from dmlpatch.patching import aliases, plan, wrapping
+from dmlpatch.placement import session
+from dmlpatch.rewriting import discovery, hook
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+DISABLE_VAR = "DMLPATCH_DISABLE"
+
+_active = False
+
+
+def disabled() -> bool:
+    return os.environ.get(DISABLE_VAR) == "1"
+
+
+def patches_needed() -> bool:
+    """Decided when the first target is imported: a usable CUDA GPU needs no patches."""
+    return resolution.current().patches_needed
+
+
+def rewrite_gate() -> bool:
+    """The import hook's question: rewrite unless the device is a usable CUDA GPU.
+
+    Answering resolves the device, which imports torch; that must not happen while torch is
+    itself being imported, nor before the program's own ``import torch`` (settings it makes
+    first, such as ``OMP_NUM_THREADS``, would be lost). Until then the answer is yes: rewritten
+    code asks the runtime, which passes each call through to CUDA where CUDA is usable.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return True
+    return patches_needed()
+
+
+def known_unneeded() -> bool:
+    """Already resolved to a usable CUDA GPU (asks nothing that would import torch)."""
+    resolved = resolution.resolved_or_none()
+    return resolved is not None and not resolved.patches_needed
+
+
+def activate(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
+    """Install every spec that matches an installed library, and discovery in ``scope``
+    (default ``$DMLPATCH_SCOPE``, else ``all``); False when switched off.
+
+    Nothing is imported here but the specs and package metadata: each module is patched when
+    it is imported. Raises :class:`~dmlpatch.errors.SpecError` for a malformed spec.
+    """
+    global _active
+    if disabled():
+        log.info(f"{DISABLE_VAR}=1: patches are off in this process")
+        return False
+    if device is not None:
+        resolution.configure(device)
+    chosen = plan.load()
+    for key, message, spec_name, reason in chosen["warnings"]:
+        log.warn_once(key, message)
+        report.record_skip(spec_name, None, reason)
+    hook.install(hook.ModuleTarget(*target) for target in chosen["targets"])
+    wrapping.apply([wrapping.Fix(*fix) for fix in chosen["wraps"]], gate=patches_needed)
+    for module, target, spec_name in chosen["aliases"]:
+        aliases.install(module, target, spec_name)
+    hook.set_gate(rewrite_gate)
+    scope = discovery.parse_scope(scope) if scope else discovery.configured_scope()
+    os.environ[discovery.SCOPE_VAR] = scope  # children, and the report, see the same scope
+    leaves = [discovery.Leave(*leave) for leave in chosen["leaves"]]
+    hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
+    session.arm()
+    _active = True
+    return True
+
+
+def deactivate() -> None:
+    """Remove the import hook and restore every wrapped function."""
+    global _active
+    hook.discover(None, known_unneeded)
+    hook.uninstall()
+    wrapping.unwrap_all()
+    aliases.uninstall()
+    _active = False
+
+
+def is_active() -> bool:
+    return _active

@@ -1,0 +1,356 @@
+"""Discovery: which modules get their CUDA device sites rewritten without a spec naming them.
+
+A patch spec names the modules of one library; real programs are cloned repositories with many
+modules and libraries nobody wrote a spec for. So the import hook asks this module about every
+module it sees, under a *scope* (``--scope`` / ``$DMLPATCH_SCOPE``):
+
+- ``all`` (default): every module loaded from a ``.py`` source, except the standard library,
+  torch and the libraries built with it (their CUDA code is CUDA support itself, not a device
+  choice), dmlpatch, and the modules a spec marks ``[[leave]]``;
+- ``project``: only the program's own modules, i.e. those outside the standard library and
+  site-packages (the script's tree, ``PYTHONPATH``, editable installs);
+- ``specs``: none; only the modules specs name (and the main script) are rewritten.
+
+Cost. Whether a module is in scope is told from its name and path, without I/O. Whether it has
+sites is a :class:`Verdict` computed once per version of its source: a source without the
+bytes ``cuda`` is never parsed, and verdicts are kept in one index file per top-level package
+under ``<cache>/discovery``, each valid for one ``(mtime_ns, size)`` of its source. A warm
+process pays one ``stat`` per module in scope; new verdicts are written once, at exit.
+
+First do no harm. A module whose sites would say "CUDA is available" but which also calls a
+``torch.cuda`` function the runtime does not answer (``get_device_properties``, ``Stream``...) would
+fail where plain python ran on the CPU. Such a module keeps CUDA's meaning: its sites call
+``dmlpatch.rewriting.runtime_as_written``, which does what the CUDA calls did and, when the module
+asks whether CUDA is available, says in one line that it stays where plain python puts it.
+"""
+
+from __future__ import annotations
+
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
+import atexit
+import contextlib
+import marshal
+import os
+import sys
+
+from dmlpatch.paths import cache_directory, file_tag
+from dmlpatch.report import DISCOVERED
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple, Optional
+else:
+    from dmlpatch._tuple import NamedTuple
+
+SCOPE_VAR = "DMLPATCH_SCOPE"
+SCOPES = ("all", "project", "specs")
+
+#: Top-level packages never rewritten by discovery: torch, the libraries built with it and
+#: triton (the kernel compiler CUDA builds of torch ship) call CUDA to *be* CUDA support
+#: (streams, kernels, graphs, NCCL); dmlpatch is the rewriter.
+NEVER = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torch_directml",
+        "torchgen",
+        "functorch",
+        "triton",
+        "dmlpatch",
+    }
+)
+
+_FORMAT = 1
+#: Index files kept: one per top-level package and place, so a few hundred cover many
+#: environments; older ones (deleted trees, old environments) are pruned.
+_KEEP = 512
+
+
+class Verdict(NamedTuple):
+    """What rewriting a source would find: its site count and the unanswered CUDA names."""
+
+    sites: int
+    unanswered: tuple[str, ...]
+
+
+class Leave(NamedTuple):
+    """Modules a spec keeps discovery out of (a prefix covers its submodules)."""
+
+    prefix: str
+    spec: str
+    why: str
+    quiet: bool  # True where a warning already said why (a spec's version gate)
+
+
+_UNKNOWN: Any = object()
+
+RUNTIME = "dmlpatch.rewriting.runtime"
+AS_WRITTEN = "dmlpatch.rewriting.runtime_as_written"
+
+
+def parse_scope(text: str) -> str:
+    """Validate a scope name; :class:`UsageError` names the accepted ones."""
+    from dmlpatch.errors import UsageError
+
+    scope = text.strip().lower()
+    if scope not in SCOPES:
+        raise UsageError(f"unknown scope {text!r}; expected one of: {', '.join(SCOPES)}")
+    return scope
+
+
+def configured_scope() -> str:
+    """``$DMLPATCH_SCOPE``, else ``all``; an unknown value is one warning and means ``all``."""
+    text = os.environ.get(SCOPE_VAR)
+    if not text:
+        return "all"
+    if text.strip().lower() in SCOPES:
+        return text.strip().lower()
+    from dmlpatch import log
+
+    log.warn_once("scope", f"{SCOPE_VAR}={text!r} is not one of {', '.join(SCOPES)}; using 'all'")
+    return "all"
+
+
+class Discovery:
+    """The scope of one process, and the verdicts it has seen (thread-safe)."""
+
+    def __init__(self, scope: str, leaves: list[Leave]) -> None:
+        self.scope = scope
+        self.leaves = sorted(leaves, key=lambda leave: -len(leave.prefix))
+        self._lock = _thread.allocate_lock()
+        self._indexes: dict[str, _Index] = {}
+        # (directory, top-level package) -> its index, or None: out of scope. Dict reads and
+        # writes are atomic, and a race only computes the same answer twice.
+        self._directories: dict[tuple[str, str], Optional[_Index]] = {}
+        self._places: Optional[tuple[tuple[str, ...], tuple[str, ...]]] = None
+        self._stdlib_names: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
+
+    def may_cover(self, fullname: str) -> bool:
+        """Cheap, by name only: whether ``fullname`` could be in scope."""
+        if self.scope == "specs":
+            return False
+        top = fullname.partition(".")[0]
+        return top not in NEVER and top not in self._stdlib_names
+
+    def decide(self, fullname: str, origin: str) -> Optional[str]:
+        """For a module in scope loaded from ``origin`` (a ``.py`` file): the runtime module its
+        sites should call, or None to load it as it is.
+
+        Says the one line a left-alone module with sites deserves. Everything but the ``stat``
+        is decided once per directory, so a warm process pays about one ``stat`` per module.
+        """
+        directory = os.path.dirname(origin)
+        index = self._directories.get((directory, fullname.partition(".")[0]), _UNKNOWN)
+        if index is _UNKNOWN:
+            index = self._index_for(fullname, origin, directory)
+        if index is None:
+            return None
+        try:
+            status = os.stat(origin)
+        except OSError:
+            return None
+        stamp = (status.st_mtime_ns, status.st_size)
+        sites, unanswered = index.get(origin, stamp) or self._examine(index, origin, stamp)
+        if not sites:
+            return None
+        leave = self._leave(fullname)
+        if leave is not None:
+            _say_left(fullname, leave)
+            return None
+        if unanswered:
+            _keep_as_written(fullname, unanswered)
+            return AS_WRITTEN
+        return RUNTIME
+
+    def _leave(self, fullname: str) -> Optional[Leave]:
+        for leave in self.leaves:
+            if fullname == leave.prefix or fullname.startswith(leave.prefix + "."):
+                return leave
+        return None
+
+    def _index_for(self, fullname: str, origin: str, directory: str) -> Optional[_Index]:
+        """The verdict index of the modules of ``fullname``'s top-level package in
+        ``directory``; None where scope leaves that directory out."""
+        top = fullname.partition(".")[0]
+        if self._places is None:
+            self._places = _places()
+        site, stdlib = self._places
+        in_site = origin.startswith(site)
+        index: Optional[_Index] = None
+        if (in_site or not origin.startswith(stdlib)) and not (self.scope == "project" and in_site):
+            key = f"{_root_of(fullname, origin)}\0{top}"
+            with self._lock:
+                index = self._indexes.get(key)
+                if index is None:
+                    name = f"{top[:40]}-{file_tag(key)}.idx"
+                    index = _Index(os.path.join(cache_directory(), "discovery", name))
+                    self._indexes[key] = index
+        self._directories[(directory, top)] = index
+        return index
+
+    @staticmethod
+    def _examine(index: _Index, origin: str, stamp: tuple[int, int]) -> Verdict:
+        verdict = _examine(origin)
+        if verdict is None:
+            return Verdict(0, ())
+        index.put(origin, stamp, verdict)
+        return verdict
+
+
+def _examine(origin: str) -> Optional[Verdict]:
+    """Read and, only when it says ``cuda``, parse a source: the verdict for its current text."""
+    try:
+        with open(origin, "rb") as stream:
+            source = stream.read()
+    except OSError:
+        return None
+    if b"cuda" not in source:
+        return Verdict(0, ())
+    from dmlpatch.rewriting.sites import rewrite
+
+    try:
+        result = rewrite(source, origin)
+    except (SyntaxError, ValueError):
+        return Verdict(0, ())  # the normal loader raises the error the program expects
+    except RecursionError:
+        return Verdict(0, ())
+    return Verdict(len(result.sites), result.unanswered)
+
+
+def _root_of(fullname: str, origin: str) -> str:
+    """The ``sys.path`` entry a module was found under (its top-level package's parent)."""
+    depth = fullname.count(".") + 1
+    if os.path.basename(origin).startswith("__init__."):
+        depth += 1
+    root = origin
+    for _ in range(depth):
+        root = os.path.dirname(root)
+    return root
+
+
+def _places() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    import site
+    import sysconfig
+
+    sites: set[str] = set()
+    for getter in (site.getsitepackages, site.getusersitepackages):
+        try:
+            found = getter()
+        except AttributeError:  # virtualenv's old site.py lacks them
+            continue
+        sites.update([found] if isinstance(found, str) else found)
+    paths = sysconfig.get_paths()
+    sites.update(paths[key] for key in ("purelib", "platlib") if key in paths)
+    stdlib = {paths[key] for key in ("stdlib", "platstdlib") if key in paths}
+    return _prefixes(sites), _prefixes(stdlib)
+
+
+def _prefixes(directories: set[str]) -> tuple[str, ...]:
+    """Each directory with a trailing separator, as given and resolved (symlinked venvs)."""
+    found: set[str] = set()
+    for directory in directories:
+        if directory:
+            for form in (os.path.abspath(directory), os.path.realpath(directory)):
+                found.add(form.rstrip(os.sep) + os.sep)
+    return tuple(sorted(found))
+
+
+def _say_left(fullname: str, leave: Leave) -> None:
+    from dmlpatch import log, report
+
+    report.record_skip(leave.spec, fullname, f"left alone by the spec: {leave.why}")
+    if not leave.quiet:
+        log.warn_once(
+            f"leave:{leave.spec}:{leave.prefix}",
+            f"{fullname} left unrewritten: patch spec {leave.spec!r} keeps dmlpatch out of "
+            f"{leave.prefix} ({leave.why}); its own device choices stay as under plain python",
+        )
+
+
+def _keep_as_written(fullname: str, names: tuple[str, ...]) -> None:
+    from dmlpatch import report
+    from dmlpatch.rewriting import runtime_as_written
+
+    runtime_as_written.keep(fullname, names)
+    report.record_skip(
+        DISCOVERED, fullname, f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered"
+    )
+
+
+class _Index:
+    """Verdicts of one top-level package's sources, by path; read lazily, written at exit."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._entries: Optional[dict[str, tuple[int, int, int, tuple[str, ...]]]] = None
+        self._new: dict[str, tuple[int, int, int, tuple[str, ...]]] = {}
+        self._lock = _thread.allocate_lock()
+
+    def get(self, origin: str, stamp: tuple[int, int]) -> Optional[Verdict]:
+        with self._lock:
+            if self._entries is None:
+                self._entries = _read(self.path)
+            entry = self._entries.get(origin)
+        if entry is None or (entry[0], entry[1]) != stamp:
+            return None
+        return Verdict(entry[2], entry[3])
+
+    def put(self, origin: str, stamp: tuple[int, int], verdict: Verdict) -> None:
+        entry = (stamp[0], stamp[1], verdict.sites, verdict.unanswered)
+        with self._lock:
+            if self._entries is not None:
+                self._entries[origin] = entry
+            first = not self._new
+            self._new[origin] = entry
+        if first:
+            atexit.register(self.flush)
+
+    def flush(self) -> None:
+        """Merge the new verdicts into the file, atomically; an unwritable cache is not used."""
+        with self._lock:
+            new, self._new = self._new, {}
+        if not new:
+            return
+        merged = _read(self.path)
+        merged.update(new)
+        if _write(self.path, merged):
+            _prune(os.path.dirname(self.path))
+
+
+def _read(path: str) -> dict[str, tuple[int, int, int, tuple[str, ...]]]:
+    try:
+        with open(path, "rb") as stream:
+            data = marshal.load(stream)
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(data, tuple) or len(data) != 2 or data[0] != _FORMAT:
+        return {}
+    entries = data[1]
+    return entries if isinstance(entries, dict) else {}
+
+
+def _write(path: str, entries: dict[str, tuple[int, int, int, tuple[str, ...]]]) -> bool:
+    temporary = f"{path}.{os.getpid()}.{_thread.get_ident()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temporary, "wb") as stream:
+            marshal.dump((_FORMAT, entries), stream)
+        os.replace(temporary, path)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return False
+    return True
+
+
+def _prune(directory: str) -> None:
+    try:
+        names = [name for name in os.listdir(directory) if name.endswith(".idx")]
+        if len(names) <= _KEEP:
+            return
+        paths = sorted((os.path.join(directory, n) for n in names), key=os.path.getmtime)
+        for stale in paths[:-_KEEP]:
+            os.unlink(stale)
+    except OSError:
+        return

@@ -1,0 +1,321 @@
+"""The import hook: modules load with their CUDA device sites rewritten.
+
+A finder first on ``sys.meta_path`` answers for the modules the patch specs name (*targets*) and,
+when discovery is on, for every other module in its scope (``dmlpatch.rewriting.discovery``); any
+other import costs a dict lookup and a name check and goes on its normal path. For a module it
+answers, it asks the finders behind it for the spec (``PathFinder``, editable-install finders) and,
+when that is a plain ``.py`` source with sites, swaps in a ``SourceFileLoader`` subclass that
+rewrites before compiling and keeps the result in a bytecode cache of its own
+(``dmlpatch.rewriting.bytecode_cache``). The spec's origin and the code's filename stay the original
+path, so ``__file__``, tracebacks, ``inspect.getsource`` and ``linecache`` point at the original
+source.
+
+The model is typeguard's ``_importhook``; the cache follows pytest's assertion rewriter.
+"""
+
+from __future__ import annotations
+
+import _thread  # threading.Lock and RLock are these; importing threading costs start-up
+import importlib.machinery
+import sys
+import types
+
+from dmlpatch import log, report
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any, Callable, NamedTuple, Optional, Union
+
+    from dmlpatch.rewriting.discovery import Discovery
+    from dmlpatch.rewriting.sites import Site
+else:
+    from dmlpatch._tuple import NamedTuple
+
+MAIN_SPEC = report.MAIN
+DISCOVERED = report.DISCOVERED
+
+
+class ModuleTarget(NamedTuple):
+    """A module whose CUDA sites a patch spec rewrites."""
+
+    module: str  # dotted module name, e.g. "facexlib.detection.retinaface"
+    spec: str  # patch spec name, e.g. "facexlib"
+    expect_sites: int  # fewer found => the spec is stale: warn, load the module unrewritten
+    fingerprint: str  # hash of the spec's content; part of the bytecode cache tag
+    # What its sites call (see dmlpatch.rewriting.runtime_as_written).
+    runtime: str = "dmlpatch.rewriting.runtime"
+
+
+_lock = _thread.allocate_lock()
+_targets: dict[str, ModuleTarget] = {}
+_gate: Optional[Callable[[], bool]] = None
+_watched: dict[str, list[Callable[[types.ModuleType], None]]] = {}
+_rewritten: set[str] = set()  # modules this hook loaded (and so rewrote)
+_discovery: Optional[Discovery] = None
+
+
+#: Whether the device is already known to need no patches (a usable CUDA GPU). Discovery asks
+#: it instead of the gate, because answering the gate imports torch, and discovery sees modules
+#: that load while torch itself is being imported.
+def _never() -> bool:
+    return False
+
+
+_known_unneeded: Callable[[], bool] = _never
+
+
+def install(targets: Iterable[ModuleTarget]) -> None:
+    """Add ``targets`` and put the finder first on ``sys.meta_path`` (idempotent)."""
+    with _lock:
+        for target in targets:
+            if _targets.get(target.module) == target:
+                continue
+            _targets[target.module] = target
+            if target.module in sys.modules and target.module not in _rewritten:
+                _imported_too_early(target)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> None:
+    """Call ``callback(module)`` right after ``module`` is executed, or now if it already was.
+
+    wrapt's ``register_post_import_hook`` does the same, but importing wrapt costs tens of
+    milliseconds in every process of an activated environment; here it costs a dict lookup.
+    """
+    loaded = sys.modules.get(module)
+    if loaded is not None and getattr(loaded, "__spec__", None) is not None:
+        initializing = getattr(loaded.__spec__, "_initializing", False)
+        if not initializing:
+            callback(loaded)
+            return
+    with _lock:
+        _watched.setdefault(module, []).append(callback)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def discover(discovery: Optional[Discovery], known_unneeded: Callable[[], bool]) -> None:
+    """Rewrite modules in ``discovery``'s scope too (None: only targets)."""
+    global _discovery, _known_unneeded
+    with _lock:
+        _discovery = discovery
+        _known_unneeded = known_unneeded
+        if discovery is not None and _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def uninstall() -> None:
+    """Remove the finder and forget the targets; modules already loaded stay as they are."""
+    global _gate, _discovery
+    with _lock:
+        while _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _targets.clear()
+        _watched.clear()
+        _gate = None
+        _discovery = None
+
+
+def is_installed() -> bool:
+    return _finder in sys.meta_path
+
+
+def targets() -> dict[str, ModuleTarget]:
+    """A copy of the target set, by module name."""
+    return dict(_targets)
+
+
+def set_gate(gate: Optional[Callable[[], bool]]) -> None:
+    """A check made when a target is imported: False loads it unrewritten (say, usable CUDA).
+
+    It is called lazily because answering it may import torch.
+    """
+    global _gate
+    _gate = gate
+
+
+def compile_main(source: bytes, filename: str) -> types.CodeType:
+    """Rewrite and compile the program's ``__main__`` script (no stale check, no cache)."""
+    if b"cuda" not in source:  # nothing to rewrite, and the rewriter costs milliseconds to load
+        return compile(source, filename, "exec", dont_inherit=True)
+    from dmlpatch.rewriting.sites import rewrite
+
+    result = rewrite(source, filename)
+    if not result.sites:
+        return compile(source, filename, "exec", dont_inherit=True)
+    if _gate is not None and not _gate():
+        return compile(source, filename, "exec", dont_inherit=True)
+    report.record_rewrite(MAIN_SPEC, MAIN_SPEC, len(result.sites), False)
+    log.info(f"rewrote {len(result.sites)} CUDA site(s) in {filename}")
+    return compile(result.tree, filename, "exec", dont_inherit=True)
+
+
+class _Finder:
+    """A meta path finder (only ``find_spec`` is needed; ``importlib.abc`` costs ~10 ms)."""
+
+    def __init__(self) -> None:
+        # Names being looked up behind us, in case a finder there calls back into the import
+        # system for the same name (the module's import lock keeps other threads out).
+        self._searching: set[str] = set()
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Optional[Sequence[str]] = None,
+        target: Optional[types.ModuleType] = None,
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        entry = _targets.get(fullname)
+        watchers = _watched.get(fullname)
+        discovery = _discovery if entry is None else None
+        if discovery is not None and not discovery.may_cover(fullname):
+            discovery = None
+        if (entry is None and watchers is None and discovery is None) or (
+            fullname in self._searching
+        ):
+            return None
+        if entry is not None and _gate is not None and not _gate():
+            entry = None
+        spec = self._spec_behind(fullname, path, target)
+        if spec is None:
+            return None
+        # Other loaders (extension modules, sourceless pycs, zips, custom importers) are left
+        # alone: only a .py source can be rewritten.
+        source = (
+            spec.origin
+            if type(spec.loader) is importlib.machinery.SourceFileLoader
+            and spec.origin is not None
+            and spec.origin.endswith(".py")
+            else None
+        )
+        if entry is not None and source is not None:
+            spec.loader = _RewritingLoader(fullname, source, entry)
+        elif discovery is not None and source is not None and not _known_unneeded():
+            runtime = discovery.decide(fullname, source)
+            if runtime is not None:
+                found = ModuleTarget(fullname, DISCOVERED, 0, runtime, runtime)
+                spec.loader = _RewritingLoader(fullname, source, found)
+        if watchers is not None and spec.loader is not None:
+            spec.loader = _NotifyingLoader(spec.loader)
+        return spec
+
+    def _spec_behind(
+        self, fullname: str, path: Optional[Sequence[str]], target: Optional[types.ModuleType]
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        """What the rest of ``sys.meta_path`` would find for ``fullname``."""
+        self._searching.add(fullname)
+        try:
+            finders = list(sys.meta_path)
+            start = finders.index(self) + 1 if self in finders else 0
+            for finder in finders[start:]:
+                find_spec = getattr(finder, "find_spec", None)
+                spec = find_spec(fullname, path, target) if find_spec is not None else None
+                if spec is not None:
+                    return spec
+            return None
+        finally:
+            self._searching.discard(fullname)
+
+
+class _NotifyingLoader:
+    """Delegates to the real loader, then runs the callbacks waiting for the module."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[types.ModuleType]:
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self._loader.exec_module(module)
+        with _lock:
+            callbacks = _watched.pop(module.__name__, [])
+        for callback in callbacks:
+            callback(module)
+
+
+class _RewritingLoader(importlib.machinery.SourceFileLoader):
+    def __init__(self, fullname: str, path: str, target: ModuleTarget) -> None:
+        super().__init__(fullname, path)
+        self.target = target
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        # Imported here, not at the top: the .pth bootstrap imports this module in every
+        # process, and only processes that load a target need the rewriter and the cache.
+        from dmlpatch.rewriting import bytecode_cache
+
+        source_path = self.get_filename(fullname)
+        target = self.target
+        stamp = bytecode_cache.stamp(source_path)
+        cache_path = bytecode_cache.location(
+            source_path, bytecode_cache.tag(target.fingerprint, target.expect_sites)
+        )
+        hit = bytecode_cache.read(cache_path, source_path, stamp) if cache_path else None
+        if hit is not None:
+            code, sites = hit
+        else:
+            code, sites = self._rewrite_and_compile(self.get_data(source_path), source_path)
+            if cache_path is not None and not sys.dont_write_bytecode:
+                bytecode_cache.write(cache_path, stamp, code, sites)
+        _account(target, sites, cached=hit is not None)
+        _rewritten.add(fullname)
+        return code
+
+    def source_to_code(  # type: ignore[override]
+        self, data: Union[bytes, str], path: str, *, _optimize: int = -1
+    ) -> types.CodeType:
+        """Rewrite, then compile: for callers that compile a source by hand (no cache)."""
+        return self._rewrite_and_compile(data, path)[0]
+
+    def _rewrite_and_compile(
+        self, data: Union[bytes, str], path: str
+    ) -> tuple[types.CodeType, list[Site]]:
+        from dmlpatch.rewriting.sites import rewrite
+
+        result = rewrite(data, path, self.target.runtime)
+        if not result.sites or len(result.sites) < self.target.expect_sites:
+            # Stale spec: the rewritten tree is not trusted. Without sites the source compiles
+            # to the same code, and compiling source is not limited by the recursion depth as
+            # compiling a deeply nested tree is.
+            return compile(data, path, "exec", dont_inherit=True), result.sites
+        return compile(result.tree, path, "exec", dont_inherit=True), result.sites
+
+
+def _account(target: ModuleTarget, sites: list[Site], cached: bool) -> None:
+    if target.runtime != ModuleTarget._field_defaults["runtime"]:
+        return  # kept as written: discovery has said why
+    found = len(sites)
+    if found < target.expect_sites:
+        log.warn_once(
+            f"stale:{target.spec}:{target.module}",
+            f"patch spec {target.spec!r} expects {target.expect_sites} CUDA site(s) in "
+            f"{target.module} but found {found}; the module runs unrewritten (is the installed "
+            f"version newer than the spec? update the spec or report it)",
+        )
+        report.record_skip(
+            target.spec,
+            target.module,
+            f"stale spec: found {found} CUDA site(s), expected {target.expect_sites}",
+        )
+        return
+    report.record_rewrite(target.spec, target.module, found, cached)
+    origin = "bytecode cache" if cached else "source"
+    log.info(f"rewrote {found} CUDA site(s) in {target.module} ({target.spec}, from {origin})")
+
+
+def _imported_too_early(target: ModuleTarget) -> None:
+    log.warn_once(
+        f"early:{target.module}",
+        f"{target.module} was imported before dmlpatch, so its CUDA sites cannot be rewritten; "
+        f"import dmlpatch (or dmlpatch.auto) before {target.module.partition('.')[0]}, or run "
+        f"the program with `python -m dmlpatch`",
+    )
+    report.record_skip(target.spec, target.module, "imported before the import hook")
+
+
+_finder = _Finder()

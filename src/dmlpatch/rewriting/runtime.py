@@ -1,0 +1,235 @@
+"""What rewritten code calls instead of CUDA.
+
+The rewriter (``dmlpatch.rewriting.sites``) turns CUDA device sites inside target modules into calls
+of the functions below, through one module-level alias, so rewritten code stays readable::
+
+    torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    # becomes
+    torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
+
+Every answer comes from the process's device resolution (``dmlpatch.device.resolution.current``).
+Where that is a usable CUDA GPU, each function is the CUDA call it replaced: modules may be
+rewritten before the device is known (resolving it imports torch), and must then behave as written.
+Nothing here is imported by ``import dmlpatch``; torch is touched only when rewritten code runs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional, Union
+
+from dmlpatch.device import announce as _announce
+from dmlpatch.device import resolution as _resolution
+
+#: The name under which rewritten modules see this module.
+ALIAS = "__dmlpatch__"
+
+_CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
+
+#: ``torch.cuda.<name>(...)`` calls the rewriter routes here; anything else is left alone.
+CUDA_FUNCTIONS = frozenset(
+    {
+        "is_available",
+        "device_count",
+        "current_device",
+        "set_device",
+        "get_device_name",
+        "synchronize",
+        "empty_cache",
+        "manual_seed",
+        "manual_seed_all",
+    }
+)
+
+#: ``torch.cuda`` names that rewritten code may keep using as they are: without a CUDA GPU they
+#: work, answer "nothing", or switch themselves off, exactly as under plain python (checked on
+#: torch 2.4.1 and 2.14.1). Any other ``torch.cuda`` name in a module with device sites would
+#: fail once its sites say "CUDA is available" (``Found no NVIDIA driver``), so such a module is
+#: left unrewritten (see ``dmlpatch.rewriting.discovery``).
+HARMLESS_CUDA_NAMES = frozenset(
+    {
+        "amp",
+        "OutOfMemoryError",
+        "is_initialized",
+        "is_bf16_supported",
+        "get_arch_list",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "memory_stats",
+        "seed",
+        "seed_all",
+        "get_rng_state_all",
+        "set_rng_state",
+        "set_rng_state_all",
+    }
+)
+
+
+def _cuda() -> Any:
+    """``torch.cuda`` when the process runs on a usable CUDA GPU (no patches), else None."""
+    if _resolution.current().patches_needed:
+        return None
+    import torch
+
+    return torch.cuda
+
+
+def is_available() -> bool:
+    """``torch.cuda.is_available()`` in a target: is the target an accelerator?"""
+    resolution = _resolution.current()
+    if not resolution.patches_needed:
+        return bool(_cuda().is_available())
+    return resolution.is_accelerator
+
+
+def device_count() -> int:
+    """``torch.cuda.device_count()`` in a target: adapters the program may use."""
+    resolution = _resolution.current()
+    if not resolution.patches_needed:
+        return int(_cuda().device_count())
+    return len(resolution.indices) if resolution.is_accelerator else 0
+
+
+#: The program's CUDA ordinal that ``'cuda'``, ``.cuda()`` and ``current_device()`` mean, as
+#: ``torch.cuda.set_device`` sets it: DDP ranks call ``set_device(local_rank)`` and then
+#: ``.cuda()``, expecting their own adapter. Per process, like CUDA's (not per thread: a
+#: program's worker threads share it there too, until they call set_device themselves).
+_current_ordinal = 0
+
+
+def current_device() -> int:
+    """``torch.cuda.current_device()`` in a target: the ordinal ``set_device`` chose (0)."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return int(cuda_module.current_device())
+    return _current_ordinal
+
+
+def set_device(device: Any) -> None:
+    """``torch.cuda.set_device(i)`` in a target: later ``'cuda'`` / ``.cuda()`` mean ordinal i."""
+    global _current_ordinal
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return cuda_module.set_device(device)  # type: ignore[no-any-return]
+    ordinal = _ordinal(device)
+    if ordinal is None or ordinal < 0:
+        return  # CUDA ignores a negative ordinal (and None) here
+    _target_index(ordinal)
+    _current_ordinal = ordinal
+
+
+def get_device_name(device: Any = None) -> str:
+    """``torch.cuda.get_device_name(i)`` in a target: the adapter's name."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return str(cuda_module.get_device_name(device))
+    resolution = _resolution.current()
+    index = _target_index(_ordinal(device))
+    return resolution.adapter_name(index)
+
+
+def synchronize(device: Any = None) -> None:
+    """``torch.cuda.synchronize()`` in a target: wait for the target's queue."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        return cuda_module.synchronize(device)  # type: ignore[no-any-return]
+    resolution = _resolution.current()
+    if resolution.backend == "directml":
+        import torch
+
+        # torch-directml has no synchronize(); a device-to-host read drains its queue.
+        torch.zeros(1, device=resolution.device).cpu()
+
+
+def empty_cache() -> None:
+    """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        cuda_module.empty_cache()
+
+
+def manual_seed(seed: int) -> None:
+    """``torch.cuda.manual_seed`` in a target: CUDA defers it without a GPU, so do nothing."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        cuda_module.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    """``torch.cuda.manual_seed_all`` in a target: as :func:`manual_seed`."""
+    cuda_module = _cuda()
+    if cuda_module is not None:
+        cuda_module.manual_seed_all(seed)
+
+
+def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
+    """A CUDA device literal in a target (``'cuda'``, ``'cuda:1'``, ``f'cuda:{i}'``) → the target.
+
+    Values that do not name a CUDA device are returned unchanged, so a rewritten f-string that
+    turns out to say ``'cpu'`` at run time still means the CPU.
+    """
+    ordinal = _cuda_ordinal(spec)
+    if ordinal is _NOT_CUDA:
+        return spec
+    resolution = _resolution.current()
+    if not resolution.patches_needed:
+        return spec
+    if not resolution.is_accelerator:
+        return "cpu"
+    target = f"{resolution.type}:{_target_index(ordinal)}"
+    _announce.device_used()
+    return target
+
+
+def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    """``obj.cuda(...)`` in a target → ``obj.to(target)``; other objects keep their own ``cuda``.
+
+    Keywords throughout: ``UntypedStorage.to`` accepts only ``device=`` / ``non_blocking=``.
+    """
+    mover = getattr(obj, "to", None)
+    if mover is None or not _resolution.current().patches_needed:
+        return obj.cuda(device, non_blocking=non_blocking, **kwargs)
+    import torch
+
+    # A torch.device, not its string: torch 2.4's UntypedStorage.to reads `device.type`.
+    target = torch.device(globals()["device"](device if device is not None else "cuda"))
+    if isinstance(obj, torch.nn.Module):
+        return mover(device=target)
+    return mover(device=target, non_blocking=non_blocking, **kwargs)
+
+
+_NOT_CUDA = object()
+
+
+def _cuda_ordinal(spec: Any) -> Any:
+    if spec is None:
+        return None
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return spec
+    if isinstance(spec, str):
+        match = _CUDA_SPEC.match(spec)
+        if match is None:
+            return _NOT_CUDA
+        return int(match.group(1)) if match.group(1) is not None else None
+    if getattr(spec, "type", None) == "cuda":
+        return spec.index
+    return _NOT_CUDA
+
+
+def _ordinal(device: Any) -> Optional[int]:
+    ordinal = _cuda_ordinal(device)
+    return None if ordinal is _NOT_CUDA else ordinal
+
+
+def _target_index(ordinal: Optional[int]) -> int:
+    """The target adapter behind the program's CUDA ordinal; CUDA's error for a bad one."""
+    indices = _resolution.current().indices
+    position = _current_ordinal if ordinal is None else ordinal
+    if not 0 <= position < len(indices):
+        raise RuntimeError(
+            f"CUDA error: invalid device ordinal {position} "
+            f"(dmlpatch maps {len(indices)} device(s): {_resolution.current().describe_indices()})"
+        )
+    return indices[position]

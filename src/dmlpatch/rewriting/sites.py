@@ -1,0 +1,509 @@
+"""Where code is rewritten: the CUDA device sites of one module's source, found and rerouted.
+
+A *site* is a place where a module hard-codes CUDA. Each one becomes a call into
+``dmlpatch.rewriting.runtime`` through the module-level alias ``__dmlpatch__``, keeping the original
+expression as the argument so the rewritten code still reads like the original::
+
+    torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
+
+Site kinds:
+
+- ``is_available`` / ``cuda_api``: ``torch.cuda.<f>(...)`` for ``f`` in
+  ``runtime.CUDA_FUNCTIONS`` → ``__dmlpatch__.<f>(...)``.
+- ``device_literal``: ``'cuda'``, ``'cuda:N'``, ``f'cuda:{i}'``, ``'cuda:%d' % i``,
+  ``'cuda:' + str(i)``, ``'cuda:{}'.format(i)`` where the value names a device →
+  ``__dmlpatch__.device(<expr>)``. A value names a device as an argument of ``torch.device`` /
+  ``torch.set_default_device``, the first argument of ``.to(...)``, a keyword argument whose
+  name ends in ``device`` or is ``map_location``, the default of a parameter whose name ends
+  in ``device``, the value assigned to a name or attribute ending in ``device``, and the
+  ``default=`` of ``add_argument('--device', ...)``. Branches of ``a if c else b`` and
+  operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
+  ``torch.device(__dmlpatch__.device(i))``.
+- ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
+
+Other ``torch.cuda.<name>`` uses (``get_device_properties``, ``Stream``, ``FloatTensor``...) are
+not sites: they are listed as *unanswered* (``Rewritten.unanswered``), because once a module's
+sites say CUDA is available, code behind them would fail without a CUDA GPU. Names in
+``runtime.HARMLESS_CUDA_NAMES`` behave the same with or without one and are not listed.
+
+Everything else that says ``cuda`` is left alone on purpose: comparisons
+(``x.device.type == 'cuda'``), membership tests, dict keys, messages, ``device_type=`` of
+autocast. Rewriting those would change what the program *checks*, not where it runs.
+
+New nodes take the location of the expression they replace, so every original statement keeps
+its line and column numbers and tracebacks point at the original source.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import deque
+from collections.abc import Iterator
+from typing import NamedTuple, Optional, TypeVar, Union
+
+from dmlpatch.rewriting.runtime import ALIAS, CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
+
+_CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
+#: Functions of ``torch`` whose first argument (or ``type=``) is a device.
+_TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
+_RUNTIME_MODULE = "dmlpatch.rewriting.runtime"
+
+_Node = TypeVar("_Node", bound=ast.AST)
+
+
+class Site(NamedTuple):
+    """One rewritten place: where it starts (1-based line, UTF-8 byte column), what it is."""
+
+    line: int
+    col: int
+    kind: str
+    text: str
+
+
+class Rewritten(NamedTuple):
+    """The rewritten tree (the unchanged parse when there are no sites), its sites, and the
+    ``torch.cuda`` names it uses that the runtime does not answer (sorted, without repeats)."""
+
+    tree: ast.Module
+    sites: list[Site]
+    unanswered: tuple[str, ...] = ()
+
+
+def find_sites(source: Union[str, bytes], filename: str = "<unknown>") -> list[Site]:
+    """The CUDA device sites of ``source``, in source order; nothing is compiled."""
+    return rewrite(source, filename).sites
+
+
+def rewrite(
+    source: Union[str, bytes], filename: str = "<unknown>", runtime: str = _RUNTIME_MODULE
+) -> Rewritten:
+    """Parse ``source`` and reroute its CUDA device sites to ``runtime`` (imported as
+    ``__dmlpatch__``); raises ``SyntaxError`` like compile."""
+    tree = ast.parse(source, filename)
+    transformer = _Transformer(_Names.of(tree), _Lines(source))
+    transformer.transform(tree)
+    sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
+    if sites:
+        _insert_runtime_import(tree, runtime)
+    unanswered = transformer.unanswered | transformer.names.unanswered
+    return Rewritten(tree, sites, tuple(sorted(unanswered)))
+
+
+class _Names:
+    """What the module's imports bind: ``torch``, ``torch.cuda``, its functions, ``torch.device``.
+
+    Scopes are not tracked: a module that rebinds ``torch`` to something else is not worth the
+    complexity, and the runtime returns non-CUDA values unchanged anyway. (A plain class: the
+    runner rewrites every main script, and dataclasses costs ~6 ms to import.)
+    """
+
+    def __init__(self) -> None:
+        self.torch: set[str] = {"torch"}
+        self.cuda: set[str] = set()
+        self.cuda_functions: dict[str, str] = {}
+        self.torch_functions: dict[str, str] = {}
+        self.unanswered: set[str] = set()
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> _Names:
+        names = cls()
+        for node in _statements(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "torch" or (
+                        alias.name.startswith("torch.") and alias.asname is None
+                    ):
+                        names.torch.add(alias.asname or "torch")
+                    elif alias.name == "torch.cuda":
+                        names.cuda.add(alias.asname or "cuda")
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                for alias in node.names:
+                    bound = alias.asname or alias.name
+                    if node.module == "torch" and alias.name == "cuda":
+                        names.cuda.add(bound)
+                    elif node.module == "torch" and alias.name in _TORCH_DEVICE_FUNCTIONS:
+                        names.torch_functions[bound] = alias.name
+                    elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
+                        names.cuda_functions[bound] = alias.name
+                    elif node.module == "torch.cuda" and _unanswered(alias.name):
+                        names.unanswered.add(alias.name)
+                if node.module and node.module.startswith("torch.cuda."):
+                    submodule = node.module.split(".")[2]
+                    if _unanswered(submodule):
+                        names.unanswered.add(submodule)
+        return names
+
+
+#: What holds statements; expressions hold none, so imports are found without walking them.
+_BLOCKS = tuple(
+    getattr(ast, name) for name in ("stmt", "excepthandler", "match_case") if hasattr(ast, name)
+)
+
+
+def _statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """The statements of ``tree`` (and what holds them) in ``ast.walk``'s order."""
+    queue: deque[ast.AST] = deque([tree])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                queue.extend(item for item in value if isinstance(item, _BLOCKS))
+
+
+class _Lines:
+    """Source text by line, for the ``text`` of a site (AST columns count UTF-8 bytes)."""
+
+    def __init__(self, source: Union[str, bytes]) -> None:
+        if isinstance(source, bytes):
+            # decode_source honours the coding cookie and translates newlines like the parser.
+            from importlib.util import decode_source
+
+            text = decode_source(source)
+        else:
+            text = source.replace("\r\n", "\n").replace("\r", "\n")
+        self._lines = [line.encode("utf-8") for line in text.split("\n")]
+
+    def segment(self, node: ast.expr) -> str:
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        end_col = node.end_col_offset if node.end_col_offset is not None else None
+        if first == last:
+            return self._lines[first][node.col_offset : end_col].decode("utf-8", "replace")
+        parts = [self._lines[first][node.col_offset :], *self._lines[first + 1 : last]]
+        parts.append(self._lines[last][:end_col])
+        return b"\n".join(parts).decode("utf-8", "replace")
+
+
+class _Transformer:
+    """Visits every node after its children, like ``ast.NodeTransformer``, but without recursion.
+
+    The parser accepts expressions nested deeper than Python's recursion limit allows a
+    recursive visitor to follow (sympy's generated ``resolvent_lookup.py`` nests polynomials
+    ~570 levels deep), and the rewriter must never fail on a file that compiles.
+    """
+
+    def __init__(self, names: _Names, lines: _Lines) -> None:
+        self.names = names
+        self.lines = lines
+        self.sites: list[Site] = []
+        self.unanswered: set[str] = set()
+
+    def transform(self, tree: ast.Module) -> None:
+        """Call ``visit_<Type>`` on each node, children first; put what it returns in its place."""
+        visitors = {
+            getattr(ast, name[len("visit_") :]): getattr(self, name)
+            for name in dir(self)
+            if name.startswith("visit_")
+        }
+        stack: list[_Entry] = [(tree, tree, "", None, False)]
+        while stack:
+            node, parent, field, index, children_done = stack.pop()
+            if not children_done:
+                stack.append((node, parent, field, index, True))
+                stack += _children(node)
+                continue
+            visitor = visitors.get(type(node))
+            replacement = visitor(node) if visitor is not None else node
+            if replacement is node:
+                continue
+            if index is None:
+                setattr(parent, field, replacement)
+            else:
+                getattr(parent, field)[index] = replacement
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+        """``torch.cuda.<name>`` that the runtime does not answer: noted, left as it is."""
+        owner = node.value
+        of_cuda = (
+            isinstance(owner, ast.Attribute)
+            and owner.attr == "cuda"
+            and isinstance(owner.value, ast.Name)
+            and owner.value.id in self.names.torch
+        ) or (isinstance(owner, ast.Name) and owner.id in self.names.cuda)
+        if of_cuda and _unanswered(node.attr):
+            self.unanswered.add(node.attr)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        func = node.func
+        function = self._cuda_function(func)
+        if function is not None:
+            self._site(node, "is_available" if function == "is_available" else "cuda_api")
+            node.func = _located(_alias(function), func)
+            return node
+        if isinstance(func, ast.Attribute) and func.attr == "cuda" and self._is_object(func.value):
+            self._site(node, "cuda_call")
+            callee = _located(_alias("cuda"), func)
+            call = _located(ast.Call(callee, [func.value, *node.args], node.keywords), node)
+            if func.end_lineno != func.lineno and func.end_col_offset is not None:
+                # CPython reports a method call whose object spans lines at the line of its
+                # name (``(x\n .cuda())``: the second): start the call there, as tracebacks did.
+                call.lineno = func.end_lineno
+                call.col_offset = func.end_col_offset - len(func.attr)
+            return call
+        if self._torch_device_function(func):
+            self._device_call(node)
+        elif isinstance(func, ast.Attribute) and func.attr == "to" and node.args:
+            node.args[0] = self._device_value(node.args[0])
+        elif _is_device_option(node):
+            for keyword in node.keywords:
+                if keyword.arg == "default":
+                    keyword.value = self._device_value(keyword.value)
+        for keyword in node.keywords:
+            if keyword.arg is not None and _names_device(keyword.arg):
+                keyword.value = self._device_value(keyword.value)
+        return node
+
+    def _device_call(self, node: ast.Call) -> None:
+        """``torch.device(...)``: the type argument names a device; ``('cuda', i)`` keeps ``i``."""
+        type_keyword = _keyword(node, "type")
+        index_keyword = _keyword(node, "index")
+        kind = node.args[0] if node.args else (type_keyword.value if type_keyword else None)
+        index = node.args[1] if len(node.args) > 1 else None
+        if index is None and index_keyword is not None:
+            index = index_keyword.value
+        if kind is None:
+            return
+        if index is not None:
+            if isinstance(kind, ast.Constant) and kind.value == "cuda":
+                # torch.device('privateuseone:0', i) is an error, so route the ordinal alone.
+                self._site(node, "device_literal")
+                node.args = [_runtime_call("device", [index], kind)]
+                node.keywords = [k for k in node.keywords if k.arg not in ("type", "index")]
+            return
+        if node.args:
+            node.args[0] = self._device_value(node.args[0])
+        elif type_keyword is not None:
+            type_keyword.value = self._device_value(type_keyword.value)
+
+    # -- definitions and assignments ----------------------------------------------------------
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self._defaults(node.args)
+        return node
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
+        self._defaults(node.args)
+        return node
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        self._defaults(node.args)
+        return node
+
+    def _defaults(self, args: ast.arguments) -> None:
+        positional = [*args.posonlyargs, *args.args]
+        offset = len(positional) - len(args.defaults)
+        for i, default in enumerate(args.defaults):
+            if _names_device(positional[offset + i].arg):
+                args.defaults[i] = self._device_value(default)
+        for i, (arg, kw_default) in enumerate(zip(args.kwonlyargs, args.kw_defaults)):
+            if kw_default is not None and _names_device(arg.arg):
+                args.kw_defaults[i] = self._device_value(kw_default)
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        if any(_is_device_target(target) for target in node.targets):
+            node.value = self._device_value(node.value)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        if node.value is not None and _is_device_target(node.target):
+            node.value = self._device_value(node.value)
+        return node
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _device_value(self, node: ast.expr) -> ast.expr:
+        """Wrap ``node`` (or the branches of ``a if c else b`` / ``a or b``) if it says CUDA."""
+        if isinstance(node, ast.IfExp):
+            node.body = self._device_value(node.body)
+            node.orelse = self._device_value(node.orelse)
+            return node
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            node.values = [self._device_value(value) for value in node.values]
+            return node
+        if not _says_cuda(node):
+            return node
+        self._site(node, "device_literal")
+        return _runtime_call("device", [node], node)
+
+    def _cuda_function(self, func: ast.expr) -> Optional[str]:
+        """``torch.cuda.<f>`` (or an imported alias of it) for a routed ``f``, else None."""
+        if isinstance(func, ast.Name):
+            return self.names.cuda_functions.get(func.id)
+        if not isinstance(func, ast.Attribute) or func.attr not in CUDA_FUNCTIONS:
+            return None
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id in self.names.cuda:
+            return func.attr
+        if (
+            isinstance(owner, ast.Attribute)
+            and owner.attr == "cuda"
+            and isinstance(owner.value, ast.Name)
+            and owner.value.id in self.names.torch
+        ):
+            return func.attr
+        return None
+
+    def _torch_device_function(self, func: ast.expr) -> bool:
+        if isinstance(func, ast.Name):
+            return func.id in self.names.torch_functions
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr in _TORCH_DEVICE_FUNCTIONS
+            and isinstance(func.value, ast.Name)
+            and func.value.id in self.names.torch
+        )
+
+    def _is_object(self, node: ast.expr) -> bool:
+        """Not ``torch`` nor a class under it (``torch.Tensor.cuda(x)`` is unbound), nor us."""
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return not (
+            isinstance(node, ast.Name) and (node.id in self.names.torch or node.id == ALIAS)
+        )
+
+    def _site(self, node: ast.expr, kind: str) -> None:
+        self.sites.append(Site(node.lineno, node.col_offset, kind, self.lines.segment(node)))
+
+
+#: A node on the walk's stack: the node, its parent, the parent's field (and list index) that
+#: holds it, and whether its children are done.
+_Entry = tuple[ast.AST, ast.AST, str, Optional[int], bool]
+
+
+#: Nodes the walk need not enter (most of a tree): no visitor, nor any inside them.
+_LEAVES = frozenset(
+    {
+        ast.Name,
+        ast.Constant,
+        ast.alias,
+        *ast.expr_context.__subclasses__(),
+        *ast.operator.__subclasses__(),
+        *ast.boolop.__subclasses__(),
+        *ast.unaryop.__subclasses__(),
+        *ast.cmpop.__subclasses__(),
+    }
+)
+
+
+def _children(node: ast.AST) -> list[_Entry]:
+    """Stack entries for the children of ``node``, last first: the walk visits the first first."""
+    entries: list[_Entry] = []
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, ast.AST) and type(item) not in _LEAVES:
+                    entries.append((item, node, field, index, False))
+        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+            entries.append((value, node, field, None, False))
+    entries.reverse()
+    return entries
+
+
+def _says_cuda(node: ast.expr) -> bool:
+    """A literal CUDA device, or an expression building one from a ``'cuda:'`` prefix."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and _CUDA_LITERAL.fullmatch(node.value) is not None
+    if isinstance(node, ast.JoinedStr):
+        head = node.values[0] if node.values else None
+        return (
+            isinstance(head, ast.Constant)
+            and isinstance(head.value, str)
+            and (head.value == "cuda" or head.value.startswith("cuda:"))
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
+        return _cuda_prefix(node.left)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "format" and _cuda_prefix(node.func.value)
+    return False
+
+
+def _cuda_prefix(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith("cuda:")
+    )
+
+
+def _unanswered(name: str) -> bool:
+    """A ``torch.cuda`` name that fails without a CUDA GPU and that the runtime does not route."""
+    return name not in CUDA_FUNCTIONS and name not in HARMLESS_CUDA_NAMES and name != "*"
+
+
+def _names_device(name: str) -> bool:
+    return name.lower().endswith("device") or name == "map_location"
+
+
+def _is_device_target(target: ast.expr) -> bool:
+    if isinstance(target, ast.Name):
+        return _names_device(target.id)
+    if isinstance(target, ast.Attribute):
+        return _names_device(target.attr)
+    return False
+
+
+def _is_device_option(node: ast.Call) -> bool:
+    """``parser.add_argument('--device', default='cuda')``: the default names a device."""
+    if not (isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
+        return False
+    return any(
+        isinstance(arg, ast.Constant)
+        and isinstance(arg.value, str)
+        and _names_device(arg.value.lstrip("-").replace("-", "_"))
+        for arg in node.args
+    )
+
+
+def _keyword(node: ast.Call, name: str) -> Optional[ast.keyword]:
+    return next((keyword for keyword in node.keywords if keyword.arg == name), None)
+
+
+def _alias(name: str) -> ast.Attribute:
+    return ast.Attribute(ast.Name(ALIAS, ast.Load()), name, ast.Load())
+
+
+def _runtime_call(name: str, args: list[ast.expr], like: ast.expr) -> ast.Call:
+    """``__dmlpatch__.<name>(*args)`` in the place of ``like``, its callee on ``like``'s first line.
+
+    CPython reports a call through an attribute that spans lines at the attribute's last
+    line: a callee spanning a multi-line literal would move the call, and the traceback line,
+    to the literal's closing line.
+    """
+    callee = _located(_alias(name), like)
+    for part in (callee, callee.value):
+        part.end_lineno, part.end_col_offset = part.lineno, part.col_offset
+    return _located(ast.Call(callee, args, []), like)
+
+
+def _located(node: _Node, like: ast.AST) -> _Node:
+    """Give ``node`` and its new descendants the location of ``like``; kept nodes keep theirs."""
+    for child in ast.walk(node):
+        if "lineno" in child._attributes and getattr(child, "lineno", None) is None:
+            ast.copy_location(child, like)
+    return node
+
+
+def _insert_runtime_import(tree: ast.Module, runtime: str) -> None:
+    """``import <runtime> as __dmlpatch__`` after the docstring and ``__future__``."""
+    body = tree.body
+    index = 0
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        index = 1 if isinstance(first.value.value, str) else 0
+    while (
+        index < len(body)
+        and isinstance(body[index], ast.ImportFrom)
+        and body[index].module == "__future__"
+    ):
+        index += 1
+    # The import borrows the line of the statement it precedes: it has no line of its own.
+    anchor = body[min(index, len(body) - 1)]
+    statement = ast.Import([ast.alias(runtime, ALIAS)])
+    body.insert(index, _located(statement, anchor))
