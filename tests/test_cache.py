@@ -47,7 +47,9 @@ def make(box: Sandbox, answer: int = 1) -> Path:
 
 
 def cache_file(path: Path, expect_sites: int = 2) -> Path:
-    location = bytecode_cache.location(str(path), bytecode_cache.tag("f1", expect_sites))
+    location = bytecode_cache.location(
+        str(path), bytecode_cache.tag("f1", expect_sites, "dmlpatch.rewriting.runtime")
+    )
     assert location is not None
     return Path(location)
 
@@ -64,11 +66,17 @@ def no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rewrite, "rewrite", refuse)
 
 
-def test_the_tag_is_alphanumeric_and_carries_version_and_spec() -> None:
-    tag = bytecode_cache.tag("abc", 2)
+def test_the_tag_is_alphanumeric_and_carries_version_spec_and_runtime() -> None:
+    tag = bytecode_cache.tag("abc", 2, "dmlpatch.rewriting.runtime")
     assert tag.isalnum()
     assert tag.startswith("dmlpatch" + "".join(c for c in __version__ if c.isalnum()))
-    assert len({tag, bytecode_cache.tag("abd", 2), bytecode_cache.tag("abc", 3)}) == 3
+    others = {
+        bytecode_cache.tag("abd", 2, "dmlpatch.rewriting.runtime"),
+        bytecode_cache.tag("abc", 3, "dmlpatch.rewriting.runtime"),
+        # Rewritten code imports its runtime by name: a moved runtime needs a new cache.
+        bytecode_cache.tag("abc", 2, "dmlpatch.runtime"),
+    }
+    assert len({tag, *others}) == 4
     name = Path(importlib.util.cache_from_source("/x/foo.py", optimization=tag)).name
     assert name == f"foo.{sys.implementation.cache_tag}.opt-{tag}.pyc"
 
@@ -356,7 +364,8 @@ def test_concurrent_cold_loads_of_the_real_targets(
     monkeypatch.setattr(sys, "pycache_prefix", str(prefix))
     for name, origin in origins.items():
         source = Path(origin)
-        tag = bytecode_cache.tag(targets[name].fingerprint, targets[name].expect_sites)
+        target = targets[name]
+        tag = bytecode_cache.tag(target.fingerprint, target.expect_sites, target.runtime)
         cached = Path(bytecode_cache.location(origin, tag) or "")
         assert prefix in cached.parents
         hit = bytecode_cache.read(str(cached), origin, bytecode_cache.stamp(origin))

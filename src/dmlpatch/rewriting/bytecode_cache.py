@@ -43,9 +43,13 @@ _MASK = (1 << 64) - 1
 Stamp = tuple[int, int]
 
 
-def tag(fingerprint: str, expect_sites: int) -> str:
-    """The optimization tag for one target; ``cache_from_source`` wants it alphanumeric."""
-    key = f"{__version__}\0{fingerprint}\0{expect_sites}\0{sys.flags.optimize}"
+def tag(fingerprint: str, expect_sites: int, runtime: str) -> str:
+    """The optimization tag for one target; ``cache_from_source`` wants it alphanumeric.
+
+    The runtime's module name is part of the key because rewritten code imports it by name: a
+    cache written before that module moved would fail to import it.
+    """
+    key = f"{__version__}\0{fingerprint}\0{expect_sites}\0{runtime}\0{sys.flags.optimize}"
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
     return f"dmlpatch{re.sub(r'[^0-9A-Za-z]', '', __version__)}h{digest}"
 

@@ -253,7 +253,7 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         target = self.target
         stamp = bytecode_cache.stamp(source_path)
         cache_path = bytecode_cache.location(
-            source_path, bytecode_cache.tag(target.fingerprint, target.expect_sites)
+            source_path, bytecode_cache.tag(target.fingerprint, target.expect_sites, target.runtime)
         )
         hit = bytecode_cache.read(cache_path, source_path, stamp) if cache_path else None
         if hit is not None:
