@@ -190,3 +190,33 @@ def test_device_text_is_never_run_as_code(env: tuple[str, Path], tmp_path: Path)
     finally:
         run_python(["-m", "dmlpatch", "deactivate"], python=python)
     assert not marker.exists()
+
+
+def test_a_line_from_another_installation_is_reported_and_replaced(env: tuple[str, Path]) -> None:
+    """A .pth whose bootstrap file is gone (an older layout, or another checkout) starts nothing:
+    status and doctor say so instead of "activated", and activate writes the current line."""
+    python, purelib = env
+    pth = purelib / "dmlpatch-activate.pth"
+    gone = str(purelib / "old-dmlpatch" / "bootstrap.py")
+    pth.write_text(
+        f"import os; os.path.exists({gone!r}) and "
+        "__import__('dmlpatch.bootstrap').bootstrap.startup('sim')\n",
+        encoding="utf-8",
+    )
+    try:
+        assert run_python(["-c", CHECK], python=python).out == "False False False\n"
+        status = run_python(["-m", "dmlpatch", "status"], python=python)
+        assert status.code == 0
+        assert f"not active: {pth} names {gone}, which does not exist" in status.out
+        assert "run dmlpatch activate again" in status.out
+        doctor = run_python(["-m", "dmlpatch", "doctor", "--no-import"], python=python)
+        assert f"WARN activation not active: {pth} names {gone}" in doctor.out
+        assert "dmlpatch activate --device sim" in doctor.out
+
+        again = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+        assert again.code == 0 and "dmlpatch: activated:" in again.err
+        assert run_python(["-c", CHECK], python=python).out == "True False True\n"
+        status = run_python(["-m", "dmlpatch", "status", "--json"], python=python)
+        assert '"stale": null' in status.out and '"activated": true' in status.out
+    finally:
+        pth.unlink(missing_ok=True)

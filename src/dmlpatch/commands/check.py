@@ -117,11 +117,10 @@ def main(arguments: list[str]) -> int:
     if arguments[:1] in (["-h"], ["--help"]):
         sys.stdout.write(USAGE)
         return 0
-    from dmlpatch.commands import cli
-    from dmlpatch.startup import runner
+    from dmlpatch.startup import launch, runner
 
     chosen = _parse(arguments)
-    options = cli.parse_options(chosen.rest)
+    options = launch.parse_options(chosen.rest)
     options.device = chosen.device
     if options.module is None and not options.rest:
         raise UsageError("dmlpatch check needs a program: dmlpatch check script.py [args...]")
@@ -143,7 +142,7 @@ def main(arguments: list[str]) -> int:
     from dmlpatch.placement import session
 
     session.by_operators()
-    cli._prepare(options)
+    launch.prepare(options)
     return _check(options, chosen)
 
 

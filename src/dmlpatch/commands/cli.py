@@ -3,12 +3,16 @@
 python -m dmlpatch [--device SPEC] [--scope SCOPE] [--report[=FILE]] [-v] script.py [args...]
 python -m dmlpatch [options] -m module [args...]
 dmlpatch run [options] COMMAND [args...]
-dmlpatch activate [--device SPEC] | deactivate | status
+dmlpatch check | activate | deactivate | status | doctor | list | scan | pin | unpin
+
+Running a program (a script, ``-m module``, ``run``) reads dmlpatch's options by hand up to the
+program, because everything after it is the program's (:mod:`dmlpatch.startup.launch`). The
+other commands are argparse subcommands, built only when they are asked for: the runner's
+start-up does not pay for argparse.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 
@@ -18,9 +22,8 @@ from dmlpatch.errors import DmlpatchError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
-
-    from dmlpatch.device.resolution import Resolution
+    import argparse
+    from typing import Callable, NoReturn, Optional
 
 USAGE = """\
 usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args...]
@@ -35,6 +38,8 @@ usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args
        dmlpatch doctor [--json]                      diagnose this environment
        dmlpatch list [--json]                        the patch catalogue vs installed libraries
        dmlpatch scan PACKAGE|PATH [--spec]           find CUDA device sites (no import)
+
+Every command answers --help.
 
 options:
   --device SPEC     auto (default), dml, dml:N, dml:NAME, privateuseone:N, sim, cpu, cuda, ...
@@ -51,87 +56,18 @@ At exit, one warning line when most model compute ran on the CPU although an acc
 selected; DMLPATCH_QUIET=1 keeps it to itself, DMLPATCH_ACCOUNTING=0 stops the counting.
 """
 
+RUN_USAGE = """\
+usage: dmlpatch run [options] COMMAND [args...]
+
+Run a console script of this environment (yolo, torchrun, ...) with dmlpatch's patches, as
+python -m dmlpatch runs a script. The options are those of python -m dmlpatch (dmlpatch --help);
+everything from COMMAND on is the command's own.
+"""
+
 COMMANDS = (
     *("run", "check", "activate", "deactivate", "status", "doctor", "list", "scan"),
     *("pin", "unpin"),
 )
-CHILD_DIRECTORY = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "startup", "_child"
-)
-
-
-class Options:
-    """dmlpatch's own command-line options (a plain class: dataclasses costs ~6 ms to import)."""
-
-    def __init__(self) -> None:
-        self.device: Optional[str] = None
-        self.scope: Optional[str] = None
-        self.report: Optional[str] = None
-        self.verbose = False
-        self.module: Optional[str] = None
-        self.rest: list[str] = []
-
-
-def parse_options(argv: list[str], allow_module: bool = True) -> Options:
-    """dmlpatch's own options up to the program; everything after belongs to the program."""
-    options = Options()
-    index = 0
-    while index < len(argv):
-        argument = argv[index]
-        if argument == "--":
-            index += 1
-            break
-        if argument in ("--device", "-d"):
-            if index + 1 >= len(argv):
-                raise UsageError(f"{argument} needs a value, e.g. {argument} sim")
-            options.device = argv[index + 1]
-            index += 2
-        elif argument.startswith("--device="):
-            options.device = argument.split("=", 1)[1]
-            index += 1
-        elif argument == "--scope":
-            if index + 1 >= len(argv):
-                raise UsageError("--scope needs a value: all, project or specs")
-            options.scope = _scope(argv[index + 1])
-            index += 2
-        elif argument.startswith("--scope="):
-            options.scope = _scope(argument.split("=", 1)[1])
-            index += 1
-        elif argument == "--report":
-            options.report = "-"
-            index += 1
-        elif argument.startswith("--report="):
-            options.report = argument.split("=", 1)[1] or "-"
-            index += 1
-        elif argument in ("-v", "--verbose"):
-            options.verbose = True
-            index += 1
-        elif argument == "-m" and allow_module:
-            if index + 1 >= len(argv):
-                raise UsageError("-m needs a module name")
-            options.module = argv[index + 1]
-            index += 2
-            break
-        elif argument.startswith("-m") and len(argument) > 2 and allow_module:
-            options.module = argument[2:]
-            index += 1
-            break
-        elif argument.startswith("-") and argument != "-":
-            raise UsageError(f"unknown option {argument!r}; see dmlpatch --help")
-        else:
-            break
-    options.rest = argv[index:]
-    if options.device is not None:
-        from dmlpatch.device import resolution
-
-        resolution.parse(options.device)  # named before the script: it was given first
-    return options
-
-
-def _scope(text: str) -> str:
-    from dmlpatch.rewriting import discovery
-
-    return discovery.parse_scope(text)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -148,6 +84,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _dispatch(arguments: list[str]) -> int:
+    from dmlpatch.startup import launch
+
     if not arguments:
         raise UsageError("no script given; usage: python -m dmlpatch [options] script.py [args...]")
     if arguments[0] in ("-h", "--help", "help"):
@@ -157,38 +95,21 @@ def _dispatch(arguments: list[str]) -> int:
         sys.stdout.write(f"dmlpatch {__version__}\n")
         return 0
     command = arguments[0]
-    if command in COMMANDS and command != "check":
-        from dmlpatch.commands import usage
-
-        if usage.wants_help(arguments[1:]):
-            sys.stdout.write(usage.HELP[command])
-            return 0
-    if command in ("pin", "unpin"):
-        from dmlpatch.pinning import pin as pinning
-
-        return pinning.main(command, arguments[1:])
-    if command == "activate":
-        return _activate(arguments[1:])
-    if command == "deactivate":
-        return _deactivate(arguments[1:])
-    if command == "doctor":
-        return _doctor(arguments[1:])
-    if command == "list":
-        return _list(arguments[1:])
-    if command == "scan":
-        return _scan(arguments[1:])
-    if command == "status":
-        return _status(arguments[1:])
+    if command in _SUBCOMMANDS:
+        return _SUBCOMMANDS[command](arguments[1:])
     if command == "check":
         from dmlpatch.commands import check
 
         return check.main(arguments[1:])
     if command == "run":
-        options = parse_options(arguments[1:], allow_module=False)
+        if arguments[1:2] in (["-h"], ["--help"]):
+            sys.stdout.write(RUN_USAGE)
+            return 0
+        options = launch.parse_options(arguments[1:], allow_module=False)
         if not options.rest:
             raise UsageError("dmlpatch run needs a command, e.g. dmlpatch run yolo train ...")
-        return _run_program(options, console_script=True)
-    options = parse_options(arguments)
+        return launch.run_program(options, console_script=True)
+    options = launch.parse_options(arguments)
     if options.module is None and not options.rest:
         raise UsageError("no script given; usage: python -m dmlpatch [options] script.py [args...]")
     if options.module is None and _looks_like_command(options.rest[0]):
@@ -196,7 +117,7 @@ def _dispatch(arguments: list[str]) -> int:
             f"{options.rest[0]!r} is neither a dmlpatch command ({', '.join(COMMANDS)}) nor a "
             "file; see dmlpatch --help"
         )
-    return _run_program(options, console_script=False)
+    return launch.run_program(options, console_script=False)
 
 
 def _looks_like_command(argument: str) -> bool:
@@ -204,132 +125,81 @@ def _looks_like_command(argument: str) -> bool:
     return argument.isidentifier() and argument.islower() and not os.path.exists(argument)
 
 
-def _prepare(options: Options) -> bool:
-    """Check what can be checked without torch (one-line errors, before the program starts),
-    then patch; the device is resolved when the program first imports torch.
+def _parser(command: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand's parser whose mistakes are dmlpatch's one-line errors (exit 2)."""
+    import argparse
 
-    Returns whether patches are active.
-    """
-    from dmlpatch.device import resolution
-    from dmlpatch.patching import engine
-    from dmlpatch.rewriting import hook
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise UsageError(f"dmlpatch {command}: {message}")
 
-    if options.verbose:
-        os.environ["DMLPATCH_VERBOSE"] = "1"
-    if engine.disabled():
-        log.say("DMLPATCH_DISABLE=1: running the program without patches")
-        return False
-    spec = options.device or resolution.configured_spec()
-    scope_text = options.scope or os.environ.get("DMLPATCH_SCOPE")
-    scope = _scope(scope_text) if scope_text else None  # a bad one is exit 2, before anything
-    resolution.configure(spec)
-    resolution.precheck()
-    _propagate_to_children(spec)
-    engine.activate(spec, scope)  # a malformed patch spec stops here, before anything is said
-    resolution.when_resolved(_resolved)
-    hook.when_imported("torch", _resolve_at_torch_import)
-    return True
+    return Parser(
+        prog=f"dmlpatch {command}",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
 
 
-def _resolve_at_torch_import(torch: object) -> None:
-    """The program imported torch: resolve now, or stop with the error's one line and code."""
-    from dmlpatch.device import resolution
-
-    if resolution.resolving():
-        return  # that resolution imported torch; it finishes (or fails) on its own
-    try:
-        resolution.current()
-    except DmlpatchError as error:
-        log.say(f"error: {error}")
-        raise SystemExit(error.exit_code) from None
+def _parse(
+    parser: argparse.ArgumentParser, arguments: list[str], refuse: Callable[[str], str]
+) -> argparse.Namespace:
+    """Parse; an argument the command does not take is refused with ``refuse(argument)``."""
+    namespace, extra = parser.parse_known_args(arguments)
+    if extra:
+        raise UsageError(refuse(extra[0]))
+    return namespace
 
 
-def _resolved(chosen: Resolution) -> None:
-    from dmlpatch.device import announce
-    from dmlpatch.patching import engine
+def _takes_only(command: str, accepted: str) -> Callable[[str], str]:
+    def refuse(argument: str) -> str:
+        if not accepted:
+            return f"{command} takes no arguments; unexpected {argument!r}"
+        return f"{command} takes only {accepted}; unexpected {argument!r}"
 
-    if not chosen.patches_needed:
-        engine.deactivate()  # modules rewritten so far pass each call through to CUDA
-    if "LOCAL_RANK" not in os.environ:  # a torchrun worker's line is said by rank 0's start-up
-        announce.resolved(chosen)
-
-
-def _propagate_to_children(spec: str) -> None:
-    """Children (subprocess, spawn workers, DDP ranks) start patched through sitecustomize."""
-    from dmlpatch.device import announce
-
-    os.environ["DMLPATCH_DEVICE"] = spec
-    os.environ[announce.RANK_ZERO_VAR] = "1"
-    paths = os.environ.get("PYTHONPATH", "")
-    if CHILD_DIRECTORY not in paths.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHILD_DIRECTORY, paths) if p)
-
-
-def _run_program(options: Options, console_script: bool) -> int:
-    from dmlpatch import report
-    from dmlpatch.startup import runner
-
-    destination = options.report or os.environ.pop(report.REPORT_VAR, None)
-    if destination:
-        report.check_destination(destination)
-        if report.per_process(destination):
-            # Children (DDP ranks, workers) write theirs; they may start in another directory.
-            os.environ[report.REPORT_VAR] = os.path.abspath(destination)
-    if console_script:
-        runner.find_console_script(options.rest[0])
-    elif options.module is not None:
-        runner.check_module(options.module)
-    else:
-        runner.check_path(options.rest[0])
-    active = _prepare(options)
-    if destination:
-        atexit.register(report.write, destination)
-    program_file: Optional[str] = None
-    try:
-        if console_script:
-            result = runner.run_console_script(options.rest[0], options.rest[1:])
-            return runner.exit_status(result)
-        if options.module is not None:
-            runner.run_module(options.module, options.rest, rewrite=active)
-        else:
-            program_file = os.path.abspath(options.rest[0])
-            runner.run_path(options.rest[0], options.rest[1:], rewrite=active)
-    except SystemExit:
-        raise
-    except UsageError:
-        raise
-    except BaseException as error:
-        if isinstance(error, DmlpatchError):
-            if log.debug_enabled():
-                import traceback
-
-                traceback.print_exc()
-            log.say(f"error: {error}")
-            return error.exit_code
-        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-        trimmed = runner.program_traceback(error, program_file or main_file)
-        # Chained exceptions are printed from __traceback__, so trim it on the exception too.
-        sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
-        return 1
-    return 0
+    return refuse
 
 
 def _activate(arguments: list[str]) -> int:
+    from dmlpatch.device import resolution
     from dmlpatch.startup import activation
 
-    pin = "--pin" in arguments
-    options = parse_options([a for a in arguments if a != "--pin"], allow_module=False)
-    if options.rest:
-        raise UsageError(f"activate takes only --device and --pin; unexpected {options.rest[0]!r}")
-    if options.scope is not None:
-        raise UsageError(
-            "activate takes only --device and --pin; for a narrower scope set DMLPATCH_SCOPE "
-            "in the environment the programs run in"
-        )
-    path, changed = activation.activate(options.device or "auto")
+    parser = _parser(
+        "activate",
+        "Start dmlpatch in every Python process of this environment: writes "
+        "dmlpatch-activate.pth into\nsite-packages. DMLPATCH_DISABLE=1 turns it off for one "
+        "process; dmlpatch deactivate removes it.\nTheir scripts, own modules and libraries are "
+        "rewritten as under python -m dmlpatch; set\nDMLPATCH_SCOPE=project or specs in their "
+        "environment for less.",
+    )
+    parser.add_argument(
+        "--device",
+        "-d",
+        metavar="SPEC",
+        default="auto",
+        help="the device those processes use (default auto; see dmlpatch --help)",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="also pin torch-directml's torch and torchvision for every later pip install here "
+        "(what dmlpatch pin does); dmlpatch deactivate lifts that pin too",
+    )
+
+    def refuse(argument: str) -> str:
+        if argument.partition("=")[0] == "--scope":
+            return (
+                "activate takes only --device and --pin; for a narrower scope set DMLPATCH_SCOPE "
+                "in the environment the programs run in"
+            )
+        return _takes_only("activate", "--device and --pin")(argument)
+
+    options = _parse(parser, arguments, refuse)
+    resolution.parse(options.device)
+    path, changed = activation.activate(options.device)
     state = "activated" if changed else "already activated"
-    log.say(f"{state}: {path} (device {options.device or 'auto'}); undo with: dmlpatch deactivate")
-    if pin:
+    log.say(f"{state}: {path} (device {options.device}); undo with: dmlpatch deactivate")
+    if options.pin:
         from dmlpatch.pinning import pin as pinning
 
         pinning.say_pin("activate")
@@ -337,10 +207,15 @@ def _activate(arguments: list[str]) -> int:
 
 
 def _deactivate(arguments: list[str]) -> int:
+    from dmlpatch.pinning import pin as pinning
     from dmlpatch.startup import activation
 
-    if arguments:
-        raise UsageError(f"deactivate takes no arguments; unexpected {arguments[0]!r}")
+    parser = _parser(
+        "deactivate",
+        "Undo dmlpatch activate: remove dmlpatch-activate.pth, and lift the pin activate --pin "
+        "made (a\npin made by dmlpatch pin stays until dmlpatch unpin).",
+    )
+    _parse(parser, arguments, _takes_only("deactivate", ""))
     removed = activation.deactivate()
     if removed is None:
         log.say(
@@ -348,8 +223,6 @@ def _deactivate(arguments: list[str]) -> int:
         )
     else:
         log.say(f"deactivated: removed {removed}")
-    from dmlpatch.pinning import pin as pinning
-
     lifted = pinning.unpin(origin="activate")  # what activate --pin did
     if lifted is not None:
         log.say(lifted.message)
@@ -359,48 +232,64 @@ def _deactivate(arguments: list[str]) -> int:
 
 
 def _status(arguments: list[str]) -> int:
+    from dmlpatch.device import resolution
     from dmlpatch.pinning import pin as pinning
     from dmlpatch.startup import activation
 
-    as_json = "--json" in arguments
-    unknown = [a for a in arguments if a != "--json"]
-    if unknown:
-        raise UsageError(f"status takes only --json; unexpected {unknown[0]!r}")
+    parser = _parser(
+        "status",
+        "Whether this environment is activated (and with which device), and whether pip is "
+        "pinned to\ntorch-directml's torch. Reads files only; imports neither torch nor "
+        "torch-directml.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    options = _parse(parser, arguments, _takes_only("status", "--json"))
     device = activation.configured_device()
+    stale = activation.stale()
     data = {
         "version": __version__,
-        "activated": device is not None,
+        "activated": device is not None and stale is None,
         "pth": str(activation.pth_path()),
         "device": device,
-        "environment_device": os.environ.get("DMLPATCH_DEVICE"),
+        "stale": stale,
+        "environment_device": os.environ.get(resolution.ENV_VAR),
         "disabled": os.environ.get("DMLPATCH_DISABLE") == "1",
         "pin": pinning.describe(),
     }
-    if as_json:
+    if options.json:
         import json
 
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
-    elif device is None:
+        return 0
+    if device is None:
         sys.stdout.write(f"dmlpatch {__version__}: not activated ({data['pth']} absent)\n")
+    elif stale is not None:
+        sys.stdout.write(
+            f"dmlpatch {__version__}: not active: {data['pth']} {stale}; run dmlpatch activate "
+            "again\n"
+        )
     else:
         sys.stdout.write(
             f"dmlpatch {__version__}: activated with device {device} ({data['pth']})\n"
         )
-    if not as_json:
-        sys.stdout.write(pinning.summary() + "\n")
-        for problem, fix in pinning.problems():
-            sys.stdout.write(f"pin: warning: {problem}" + (f" (fix: {fix})" if fix else "") + "\n")
+    sys.stdout.write(pinning.summary() + "\n")
+    for problem, fix in pinning.problems():
+        sys.stdout.write(f"pin: warning: {problem}" + (f" (fix: {fix})" if fix else "") + "\n")
     return 0
 
 
 def _list(arguments: list[str]) -> int:
     from dmlpatch.commands import listing
 
-    unknown = [a for a in arguments if a != "--json"]
-    if unknown:
-        raise UsageError(f"list takes only --json; unexpected {unknown[0]!r}")
+    parser = _parser(
+        "list",
+        "The patch catalogue: each patch spec, the library versions it covers and whether the "
+        "installed\nversion is covered.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the catalogue as JSON")
+    options = _parse(parser, arguments, _takes_only("list", "--json"))
     rows = listing.catalogue()
-    if "--json" in arguments:
+    if options.json:
         import json
 
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
@@ -412,30 +301,49 @@ def _list(arguments: list[str]) -> int:
 def _scan(arguments: list[str]) -> int:
     from dmlpatch.commands import scan
 
-    flags = [a for a in arguments if a.startswith("-")]
-    targets = [a for a in arguments if not a.startswith("-")]
-    if any(flag != "--spec" for flag in flags) or len(targets) != 1:
-        raise UsageError("usage: dmlpatch scan PACKAGE|PATH [--spec]")
-    findings = scan.scan(targets[0])
-    if "--spec" in flags:
-        sys.stdout.write(scan.spec_skeleton(targets[0], findings))
+    usage = "usage: dmlpatch scan PACKAGE|PATH [--spec]"
+    parser = _parser(
+        "scan",
+        "List the CUDA device sites of an installed package or a source tree, statically "
+        "(nothing is\nimported). --spec prints a patch-spec skeleton for them, to start a spec "
+        "for a library dmlpatch\ndoes not know yet.",
+    )
+    parser.usage = "dmlpatch scan PACKAGE|PATH [--spec]"
+    parser.add_argument("target", nargs="?", metavar="PACKAGE|PATH")
+    parser.add_argument("--spec", action="store_true", help="print a patch-spec skeleton")
+    options = _parse(parser, arguments, lambda argument: usage)
+    if options.target is None:
+        raise UsageError(usage)
+    findings = scan.scan(options.target)
+    if options.spec:
+        sys.stdout.write(scan.spec_skeleton(options.target, findings))
         return 0
     if findings:
         sys.stdout.write(scan.format_findings(findings) + "\n")
     sites = sum(f.kind != "cuda_branch" for f in findings)
     branches = len(findings) - sites
-    log.say(f"{targets[0]}: {sites} CUDA device site(s), {branches} CUDA-only branch(es)")
+    log.say(f"{options.target}: {sites} CUDA device site(s), {branches} CUDA-only branch(es)")
     return 0
 
 
 def _doctor(arguments: list[str]) -> int:
     from dmlpatch.commands import doctor
 
-    unknown = [a for a in arguments if a not in ("--json", "--no-import")]
-    if unknown:
-        raise UsageError(f"doctor takes only --json and --no-import; unexpected {unknown[0]!r}")
-    checks = doctor.run_checks(import_targets="--no-import" not in arguments)
-    if "--json" in arguments:
+    parser = _parser(
+        "doctor",
+        "Check this environment: Python, torch and torch-directml versions and pins, DirectML "
+        "adapters,\nCUDA, the installed target libraries, activation, pin protection, dmlpatch's "
+        "cache and the\nsimulated device. Exit code 1 when a check FAILs.",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help='print {"checks": [...], "exit_code": 0|1}'
+    )
+    parser.add_argument(
+        "--no-import", action="store_true", help="do not import the target libraries (faster)"
+    )
+    options = _parse(parser, arguments, _takes_only("doctor", "--json and --no-import"))
+    checks = doctor.run_checks(import_targets=not options.no_import)
+    if options.json:
         import json
 
         data = {"checks": doctor.as_json(checks), "exit_code": doctor.exit_code(checks)}
@@ -443,3 +351,52 @@ def _doctor(arguments: list[str]) -> int:
     else:
         sys.stdout.write(doctor.format_checks(checks) + "\n")
     return doctor.exit_code(checks)
+
+
+def _pin(arguments: list[str]) -> int:
+    from dmlpatch.pinning import pin as pinning
+
+    parser = _parser(
+        "pin",
+        "Make every later pip install in this environment keep the torch and torchvision that\n"
+        "torch-directml requires (read from its installed metadata): writes "
+        "dmlpatch-pin/constraints.txt\nunder this environment's prefix and names it under "
+        "[install] constraint in the environment's\nown pip configuration file (pip.conf, or "
+        "pip.ini on Windows, in that prefix). No pip\nconfiguration outside the environment is "
+        "touched; one already there is kept and given back\nbyte for byte by dmlpatch unpin. A "
+        "library that needs another torch then fails to install,\nwith pip's \"The user "
+        'requested (constraint) torch==..." line. Without torch-directml installed\nthere is '
+        "nothing to pin. Run it again after installing another torch-directml.",
+    )
+    _parse(parser, arguments, _takes_only("pin", ""))
+    pinning.say_pin("pin")
+    return 0
+
+
+def _unpin(arguments: list[str]) -> int:
+    from dmlpatch.pinning import pin as pinning
+
+    parser = _parser(
+        "unpin",
+        "Lift dmlpatch pin: give the environment's pip configuration file back as it was before "
+        "(or\nremove it, when pin created it) and remove dmlpatch-pin/.",
+    )
+    _parse(parser, arguments, _takes_only("unpin", ""))
+    outcome = pinning.unpin()
+    if outcome is None:
+        log.say(f"not pinned in this environment ({pinning.directory()} absent); nothing to do")
+    else:
+        log.say(outcome.message)
+    return 0
+
+
+_SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "activate": _activate,
+    "deactivate": _deactivate,
+    "status": _status,
+    "doctor": _doctor,
+    "list": _list,
+    "scan": _scan,
+    "pin": _pin,
+    "unpin": _unpin,
+}

@@ -238,6 +238,15 @@ def _activation() -> Check:
         return Check(
             "activation", OK, f"not activated ({where} absent)", details={"pth": str(where)}
         )
+    stale = activation.stale()
+    if stale is not None:
+        return Check(
+            "activation",
+            WARN,
+            f"not active: {where} {stale}; every process runs unpatched",
+            fix=f"dmlpatch activate --device {device}",
+            details={"pth": str(where), "device": device, "stale": stale},
+        )
     return Check(
         "activation",
         OK,

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from dmlpatch import _metadata, log
-from dmlpatch.errors import DmlpatchError, UsageError
+from dmlpatch.errors import DmlpatchError
 from dmlpatch.pinning import pip_config
 
 DIRECTORY_NAME = "dmlpatch-pin"
@@ -340,21 +340,6 @@ def warnings_after_pin() -> list[str]:
 
 
 # -- the commands -------------------------------------------------------------------------------
-
-
-def main(command: str, arguments: list[str]) -> int:
-    """``dmlpatch pin`` and ``dmlpatch unpin`` (both take no arguments)."""
-    if arguments:
-        raise UsageError(f"{command} takes no arguments; unexpected {arguments[0]!r}")
-    if command == "pin":
-        say_pin("pin")
-        return 0
-    outcome = unpin()
-    if outcome is None:
-        log.say(f"not pinned in this environment ({directory()} absent); nothing to do")
-    else:
-        log.say(outcome.message)
-    return 0
 
 
 def say_pin(origin: str) -> None:

@@ -27,6 +27,7 @@ _LINE = (
     "__import__('dmlpatch.startup.bootstrap').startup.bootstrap.startup({device!r})\n"
 )
 _DEVICE_IN_LINE = re.compile(r"startup\((?P<literal>'[^\n]*'|\"[^\n]*\")\)\s*$")
+_GUARD_IN_LINE = re.compile(r"os\.path\.exists\((?P<literal>'[^']*'|\"[^\"]*\")\)")
 
 
 def site_packages() -> Path:
@@ -73,6 +74,25 @@ def configured_device() -> Optional[str]:
         return None
     value = ast.literal_eval(match.group("literal"))
     return value if isinstance(value, str) else None
+
+
+def stale() -> Optional[str]:
+    """Why the ``.pth`` starts nothing although present, or None.
+
+    Its line starts dmlpatch only while the bootstrap file it names exists: after dmlpatch is
+    upgraded to a layout where that file moved, or uninstalled, every process runs unpatched.
+    """
+    try:
+        line = pth_path().read_text(encoding="utf-8")
+    except OSError:
+        return None
+    match = _GUARD_IN_LINE.search(line)
+    guard = ast.literal_eval(match.group("literal")) if match else None
+    if not isinstance(guard, str):
+        return "is not a line dmlpatch activate writes"
+    if os.path.exists(guard):
+        return None
+    return f"names {guard}, which does not exist (written by another dmlpatch installation)"
 
 
 def _write_atomically(path: Path, content: str) -> None:
