@@ -149,23 +149,13 @@ def _read(path: str, key: str) -> Optional[dict[str, Any]]:
 
 def _write(path: str, plan: dict[str, Any]) -> None:
     """Atomically; a cache that cannot be written is simply not used."""
-    import tempfile
+    from dmlpatch import atomic
 
-    directory = os.path.dirname(path)
     try:
-        os.makedirs(directory, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=".plan-", suffix=".tmp")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            marshal.dump(plan, stream)
-        os.replace(temporary, path)
+        atomic.write(path, marshal.dumps(plan))
     except (OSError, ValueError):
-        if os.path.exists(temporary):
-            os.unlink(temporary)
         return
-    _prune(directory)
+    _prune(os.path.dirname(path))
 
 
 def _prune(directory: str, keep: int = KEEP) -> None:

@@ -39,7 +39,6 @@ import json
 import os
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
@@ -429,24 +428,15 @@ def _mode(path: Path) -> Optional[int]:
 
 def _write(path: Path, content: bytes, mode: Optional[int] = None) -> None:
     """Atomically (a crash leaves the old file whole, never a torn one), with ``mode`` or 644."""
+    from dmlpatch import atomic
+
     try:
-        path.parent.mkdir(exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".dmlpatch-", dir=path.parent)
+        atomic.write(path, content, mode=0o644 if mode is None else mode, durable=True)
     except OSError as error:
         raise DmlpatchError(
             f"cannot write to {path.parent}: {error.strerror}; dmlpatch pin writes only in this "
             f"environment ({sys.prefix}), which must be writable"
         ) from None
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(content)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644 if mode is None else mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _remove(path: Path) -> None:

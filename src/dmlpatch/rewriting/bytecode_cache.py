@@ -21,13 +21,11 @@ import knows what was rewritten without parsing.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import marshal
 import os
 import re
 import sys
-import threading
 import types
 from importlib.util import MAGIC_NUMBER, cache_from_source
 from typing import Optional
@@ -91,24 +89,14 @@ def read(
 
 def write(cache_path: str, source_stamp: Stamp, code: types.CodeType, sites: list[Site]) -> bool:
     """Store atomically; False (and nothing left behind) when the location is not writable."""
+    from dmlpatch import atomic
+
     payload = tuple((s.line, s.col, s.kind, s.text) for s in sites)
     data = MAGIC_NUMBER + _FORMAT + _pack(source_stamp) + marshal.dumps((payload, code))
-    temporary = f"{cache_path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     try:
-        os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-        descriptor = os.open(temporary, flags, 0o666)
+        atomic.write(cache_path, data)
     except OSError:
-        return False
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, cache_path)
-    except OSError:
-        # Disk full, or (on Windows) a reader holding the old file open: keep the old one.
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        return False
+        return False  # disk full, or on Windows a reader holding the old file: keep the old one
     return True
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import atexit
-import contextlib
 import marshal
 import os
 import sys
@@ -331,15 +330,11 @@ def _read(path: str) -> dict[str, tuple[int, int, int, tuple[str, ...]]]:
 
 
 def _write(path: str, entries: dict[str, tuple[int, int, int, tuple[str, ...]]]) -> bool:
-    temporary = f"{path}.{os.getpid()}.{_thread.get_ident()}.tmp"
+    from dmlpatch import atomic
+
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temporary, "wb") as stream:
-            marshal.dump((_FORMAT, entries), stream)
-        os.replace(temporary, path)
+        atomic.write(path, marshal.dumps((_FORMAT, entries)))
     except (OSError, ValueError):
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
         return False
     return True
 

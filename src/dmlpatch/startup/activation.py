@@ -12,7 +12,6 @@ import ast
 import os
 import re
 import sysconfig
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -96,21 +95,12 @@ def stale() -> Optional[str]:
 
 
 def _write_atomically(path: Path, content: str) -> None:
-    directory = path.parent
+    from dmlpatch import atomic
+
     try:
-        handle, temporary = tempfile.mkstemp(prefix=".dmlpatch-", suffix=".tmp", dir=directory)
+        atomic.write(path, content.encode("utf-8"), mode=0o644, durable=True)
     except OSError as error:
         raise DmlpatchError(
-            f"cannot write to {directory}: {error.strerror}; activate needs a writable "
+            f"cannot write to {path.parent}: {error.strerror}; activate needs a writable "
             "environment (use a virtual environment, or python -m dmlpatch instead)"
         ) from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(content)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
