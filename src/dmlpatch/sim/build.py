@@ -3,8 +3,8 @@
 The extension is compiled with ``torch.utils.cpp_extension`` into
 ``cache_root()/sim/torch-<version>-<source hash>/``. A finished build is marked by a file
 written last, so a warm start only calls ``torch.ops.load_library`` (milliseconds, no ninja).
-Concurrent first builds are serialised with an OS file lock, which dies with its process,
-so a killed build never leaves others waiting.
+Concurrent first builds are serialised with ``filelock`` (a torch dependency): an OS lock on
+every platform, which dies with its process, so a killed build never leaves others waiting.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
-from importlib import resources
+from importlib import machinery, resources
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,9 @@ from dmlpatch.paths import cache_root
 EXT_NAME = "dmlpatch_sim_ext"
 _DONE = "complete"
 _CFLAGS = ("-O2", "-fvisibility=hidden")
+# torch's builder names a library with the platform's bare extension suffix (.so; .pyd on
+# Windows), which Python lists last.
+_LIBRARY_SUFFIX = machinery.EXTENSION_SUFFIXES[-1]
 _warned_fallback_dir = False
 
 
@@ -104,23 +106,8 @@ def build_dir() -> Path:
     return fallback
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # Windows: torch's own lock file (FileBaton) serialises builds
-        yield
-        return
-    with open(lock_path, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
 def library_path(directory: Path) -> Path:
-    return directory / f"{EXT_NAME}.so"
+    return directory / f"{EXT_NAME}{_LIBRARY_SUFFIX}"
 
 
 def ensure_built() -> Path:
@@ -135,7 +122,9 @@ def ensure_built() -> Path:
         ok, reason = buildable()
         if not ok:
             raise DeviceUnavailable(f"cannot build the simulated DirectML device: {reason}")
-        with _exclusive(directory / ".dmlpatch.lock"):
+        from filelock import FileLock
+
+        with FileLock(directory / ".dmlpatch.lock"):
             if not (directory / _DONE).is_file():
                 _compile(directory)
                 (directory / _DONE).write_text(_key() + "\n", "utf-8")
@@ -158,12 +147,13 @@ def _cpp_extension() -> Any:
 def _compile(directory: Path) -> None:
     cpp_extension = _cpp_extension()
 
-    # We hold the OS lock: a `lock` file left by a killed build would make torch wait forever.
+    # We hold the build lock: a `lock` file (torch's own) left by a killed build would make
+    # torch wait forever.
     with contextlib.suppress(FileNotFoundError):
         (directory / "lock").unlink()
     log = directory / "build.log"
     try:
-        cpp_extension.load(
+        built = cpp_extension.load(
             name=EXT_NAME,
             sources=[str(p) for p in _sources() if p.name == "unity.cpp"],
             extra_cflags=list(_CFLAGS),
@@ -176,4 +166,9 @@ def _compile(directory: Path) -> None:
         raise DeviceUnavailable(
             f"building the simulated DirectML device failed; see the build log {log}"
         ) from exc
+    if built is not None and Path(str(built)) != library_path(directory):
+        raise DeviceUnavailable(
+            f"the simulated DirectML device was built as {built}, not "
+            f"{library_path(directory)}; this torch names libraries differently"
+        )
     log.write_text("built\n", "utf-8")
