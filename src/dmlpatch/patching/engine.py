@@ -63,17 +63,17 @@ def activate(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     if device is not None:
         resolution.configure(device)
     chosen = plan.load()
-    for key, message, spec_name, reason in chosen["warnings"]:
-        log.warn_once(key, message)
-        report.record_skip(spec_name, None, reason)
-    hook.install(hook.ModuleTarget(*target) for target in chosen["targets"])
-    wrapping.apply([wrapping.Fix(*fix) for fix in chosen["wraps"]], gate=patches_needed)
-    for module, target, spec_name in chosen["aliases"]:
-        aliases.install(module, target, spec_name)
+    for warning in map(plan.SpecWarning._make, chosen["warnings"]):
+        log.warn_once(warning.key, warning.message)
+        report.record_skip(warning.spec, None, warning.reason)
+    hook.install(map(hook.ModuleTarget._make, chosen["targets"]))
+    wrapping.apply(list(map(wrapping.Fix._make, chosen["wraps"])), gate=patches_needed)
+    for alias in map(plan.Alias._make, chosen["aliases"]):
+        aliases.install(alias.module, alias.target, alias.spec)
     hook.set_gate(rewrite_gate)
     scope = discovery.parse_scope(scope) if scope else discovery.configured_scope()
     os.environ[discovery.SCOPE_VAR] = scope  # children, and the report, see the same scope
-    leaves = [discovery.Leave(*leave) for leave in chosen["leaves"]]
+    leaves = list(map(discovery.Leave._make, chosen["leaves"]))
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
     session.arm()
     _active = True

@@ -5,6 +5,11 @@ Reading the specs needs tomllib, packaging and (for patch packs) importlib-metad
 they produce is small, so it is cached (marshal: no import) under ``<cache>/plans`` with the
 files and directories it was computed from; a later process re-stats those and reuses it.
 Installing or removing a distribution changes its site directory's mtime, which is one of them.
+
+Each entry is stored as the field values of the record type that reads it back
+(:class:`~dmlpatch.rewriting.hook.ModuleTarget`, :class:`~dmlpatch.patching.wrapping.Fix`, ...),
+and the cache is keyed on those types' field names: a field added, removed or reordered makes an
+old cache a miss instead of a misread.
 """
 
 from __future__ import annotations
@@ -14,14 +19,51 @@ import os
 import sys
 
 from dmlpatch._version import __version__
+from dmlpatch.patching.wrapping import Fix
 from dmlpatch.paths import cache_directory, file_tag
+from dmlpatch.rewriting.discovery import Leave
+from dmlpatch.rewriting.hook import ModuleTarget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, NamedTuple, Optional
+else:
+    from dmlpatch._tuple import NamedTuple
 
-FORMAT = 2
+FORMAT = 3  # the container; the records' layouts are in layout()
 KEEP = 32
+
+
+class Alias(NamedTuple):
+    """One ``[[alias]]`` entry: ``module`` is provided by ``target``."""
+
+    module: str
+    target: str
+    spec: str
+
+
+class SpecWarning(NamedTuple):
+    """A warning the plan's reader says once (a version gate, a skipped pack, a typo)."""
+
+    key: str
+    message: str
+    spec: str
+    reason: str
+
+
+#: The plan's sections and the record type each entry is read back as.
+RECORDS = {
+    "targets": ModuleTarget,
+    "wraps": Fix,
+    "aliases": Alias,
+    "leaves": Leave,
+    "warnings": SpecWarning,
+}
+
+
+def layout() -> tuple[Any, ...]:
+    """What a cached plan must have been written with to be read by this code."""
+    return (FORMAT, *((section, record._fields) for section, record in RECORDS.items()))
 
 
 def load() -> dict[str, Any]:
@@ -41,11 +83,11 @@ def build() -> dict[str, Any]:
     from dmlpatch._metadata import version_of
     from dmlpatch.patching import specs
 
-    targets: list[list[Any]] = []
-    wraps: list[list[Any]] = []
-    aliases: list[list[Any]] = []
-    leaves: list[list[Any]] = []
-    warnings: list[list[Any]] = []
+    targets: list[tuple[Any, ...]] = []
+    wraps: list[tuple[Any, ...]] = []
+    aliases: list[tuple[Any, ...]] = []
+    leaves: list[tuple[Any, ...]] = []
+    warnings: list[tuple[Any, ...]] = []
     inputs: list[str] = [entry or "." for entry in sys.path]
     for spec in specs.load_all():
         inputs.append(spec.origin)
@@ -54,55 +96,70 @@ def build() -> dict[str, Any]:
             continue
         if not spec.versions.contains(installed, prereleases=True):
             warnings.append(
-                [
-                    f"version:{spec.name}",
-                    f"patch spec {spec.name!r} is for {spec.distribution} {spec.versions}, but "
-                    f"{installed} is installed; {spec.distribution} runs unpatched",
-                    spec.name,
-                    f"{spec.distribution} {installed} not in {spec.versions}",
-                ]
+                SpecWarning(
+                    key=f"version:{spec.name}",
+                    message=f"patch spec {spec.name!r} is for {spec.distribution} "
+                    f"{spec.versions}, but {installed} is installed; {spec.distribution} runs "
+                    "unpatched",
+                    spec=spec.name,
+                    reason=f"{spec.distribution} {installed} not in {spec.versions}",
+                )
             )
             # "Runs unpatched" includes discovery: the spec's author vouched for other versions.
             leaves.extend(
-                [package, spec.name, f"{spec.distribution} {installed} is not covered", True]
+                Leave(
+                    prefix=package,
+                    spec=spec.name,
+                    why=f"{spec.distribution} {installed} is not covered",
+                    quiet=True,
+                )
                 for package in spec.packages()
             )
             continue
         for rule in spec.rewrites:
             if rule.versions.contains(installed, prereleases=True):
                 targets.extend(
-                    [module, spec.name, rule.expect_sites, spec.fingerprint]
+                    ModuleTarget(
+                        module=module,
+                        spec=spec.name,
+                        expect_sites=rule.expect_sites,
+                        fingerprint=spec.fingerprint,
+                    )
                     for module in rule.modules
                 )
         for wrap in spec.wraps:
             if wrap.versions.contains(installed, prereleases=True):
-                wraps.append([spec.name, wrap.target, wrap.fix, wrap.why])
+                wraps.append(Fix(spec=spec.name, target=wrap.target, fix=wrap.fix, why=wrap.why))
         for alias in spec.aliases:
             if alias.versions.contains(installed, prereleases=True):
-                aliases.append([alias.module, alias.target, spec.name])
+                aliases.append(Alias(module=alias.module, target=alias.target, spec=spec.name))
         for leave in spec.leaves:
             if leave.versions.contains(installed, prereleases=True):
-                leaves.extend([module, spec.name, leave.why, False] for module in leave.modules)
+                leaves.extend(
+                    Leave(prefix=module, spec=spec.name, why=leave.why, quiet=False)
+                    for module in leave.modules
+                )
     for pack, message, reason in specs.skipped_packs():
-        warnings.append([f"pack:{pack}", message, pack, reason])
+        warnings.append(SpecWarning(key=f"pack:{pack}", message=message, spec=pack, reason=reason))
     for name in specs.unmatched_disabled():
         warnings.append(
-            [
-                f"disable:{name}",
-                f"DMLPATCH_DISABLE_PATCHES names {name!r}, but no patch spec or pack has that "
-                "name (see dmlpatch list); it disables nothing",
-                name,
-                "named in DMLPATCH_DISABLE_PATCHES, but no such spec or pack",
-            ]
+            SpecWarning(
+                key=f"disable:{name}",
+                message=f"DMLPATCH_DISABLE_PATCHES names {name!r}, but no patch spec or pack has "
+                "that name (see dmlpatch list); it disables nothing",
+                spec=name,
+                reason="named in DMLPATCH_DISABLE_PATCHES, but no such spec or pack",
+            )
         )
     inputs.extend(str(directory) for directory in specs.spec_directories())
+    # Stored as plain tuples: marshal writes no named tuples (and needs no import to read them).
     return {
-        "format": FORMAT,
-        "targets": targets,
-        "wraps": wraps,
-        "aliases": aliases,
-        "leaves": leaves,
-        "warnings": warnings,
+        "layout": layout(),
+        "targets": [tuple(entry) for entry in targets],
+        "wraps": [tuple(entry) for entry in wraps],
+        "aliases": [tuple(entry) for entry in aliases],
+        "leaves": [tuple(entry) for entry in leaves],
+        "warnings": [tuple(entry) for entry in warnings],
         "inputs": [[path, *_stat(path)] for path in dict.fromkeys(inputs)],
     }
 
@@ -136,7 +193,7 @@ def _read(path: str, key: str) -> Optional[dict[str, Any]]:
             plan = marshal.load(stream)
     except (OSError, ValueError, EOFError, TypeError):
         return None
-    if not isinstance(plan, dict) or plan.get("format") != FORMAT or plan.get("key") != key:
+    if not isinstance(plan, dict) or plan.get("layout") != layout() or plan.get("key") != key:
         return None
     try:
         for entry in plan["inputs"]:
