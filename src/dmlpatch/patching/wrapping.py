@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import functools
-import importlib
 import sys
 import types
 
@@ -107,7 +106,7 @@ def _wrap(rule: Fix, module: Any) -> None:
         parent, attribute = _resolve(module, rule.qualname)
         own = _own_attribute(parent, attribute)
         wrapper = _wrapper(own if own is not None else getattr(parent, attribute), parent, fix)
-    except (ImportError, AttributeError, TypeError) as error:
+    except (ImportError, AttributeError, TypeError, ValueError) as error:
         log.warn_once(
             f"wrap:{spec_name}:{rule.target}",
             f"patch spec {spec_name!r} cannot wrap {rule.target} ({error}); left unpatched",
@@ -172,10 +171,9 @@ def _function_wrapper(original: Callable[..., Any], fix: Callable[..., Any]) -> 
 
 
 def _load_fix(reference: str) -> Callable[..., Any]:
-    module_name, _, qualname = reference.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part)
+    import pkgutil  # resolves the "package.module:Qualified.name" form specs use
+
+    target = pkgutil.resolve_name(reference)
     if not callable(target):
         raise AttributeError(f"fix {reference} is not callable")
     return target
