@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,11 @@ PROGRAMS = {
     "stdin": "import sys\ndata = sys.stdin.read()\nprint(data.upper(), end='')\n",
     "introspect": INTROSPECT,
     "atexit": "import atexit\natexit.register(lambda: print('bye'))\nprint('hi')\n",
+    # Ctrl-C: Python prints the traceback once, runs atexit, then ends by SIGINT (130 in a shell).
+    "interrupted": (
+        "import atexit\natexit.register(lambda: print('bye'))\n"
+        "def f():\n    raise KeyboardInterrupt\n\nprint('start', flush=True)\nf()\n"
+    ),
 }
 
 
@@ -60,6 +66,8 @@ def test_script_behaves_like_plain_python(tmp_path: Path, name: str) -> None:
 
 def test_exit_codes_are_the_programs(tmp_path: Path) -> None:
     expected = {"ok": 0, "exit3": 3, "exit_message": 1, "exit_none": 0, "error": 1, "chained": 1}
+    # Ended by SIGINT: the shell shows 128 + 2; Windows reports STATUS_CONTROL_C_EXIT.
+    expected["interrupted"] = -2 if os.name != "nt" else 0xC000013A
     for name, code in expected.items():
         script = tmp_path / f"{name}.py"
         script.write_text(PROGRAMS[name])
@@ -73,6 +81,16 @@ def test_traceback_shows_only_program_frames(tmp_path: Path) -> None:
     assert "dmlpatch" not in patched.program_err()
     assert patched.program_err().strip() == plain.err.strip()
     assert "line 5, in <module>" in patched.err
+
+
+def test_an_interrupted_program_prints_one_traceback(tmp_path: Path) -> None:
+    script = tmp_path / "interrupted.py"
+    script.write_text(PROGRAMS["interrupted"])
+    plain, patched = _both(script, [], tmp_path)
+    assert patched.program_err().count("Traceback") == 1
+    assert "dmlpatch" not in patched.program_err()
+    assert patched.program_err().strip() == plain.err.strip()
+    assert patched.out == plain.out == "start\nbye\n"
 
 
 def test_module_mode_behaves_like_python_m(tmp_path: Path) -> None:

@@ -205,5 +205,15 @@ def run_program(options: Options, console_script: bool) -> int:
         trimmed = runner.program_traceback(error, program_file or main_file)
         # Chained exceptions are printed from __traceback__, so trim it on the exception too.
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+        if isinstance(error, KeyboardInterrupt):
+            # Python ends an interrupted program by SIGINT (130 in a shell; Windows' own code
+            # there) once it has shut down: the interpreter does that for an uncaught
+            # KeyboardInterrupt, so it gets this one, without printing it a second time.
+            sys.excepthook = _printed_already
+            raise
         return 1
     return 0
+
+
+def _printed_already(*exc_info: object) -> None:
+    """The excepthook for the KeyboardInterrupt whose trimmed traceback was printed."""
