@@ -200,3 +200,25 @@ def test_verify_has_no_false_positive_on_the_example_cnn(tmp_path: Path) -> None
     assert result.code == 0, result.err
     data = json.loads(report.read_text())
     assert data["divergence"] is None and data["status"] == "runs"
+
+
+def test_a_json_file_that_cannot_be_written_is_exit_2(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    """Writable when check starts, gone when it ends: the verdict stands, the exit says the file
+    a CI would read next is missing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    script = write("program.py", "import shutil, sys\nshutil.rmtree(sys.argv[1])\nprint('ran')\n")
+    destination = out / "check.json"
+    result = run_python(
+        ["-m", "dmlpatch", "check", "--json", str(destination), script.name, str(out)],
+        cwd=script.parent,
+    )
+    assert result.code == 2, result.err
+    assert "ran" in result.out
+    assert "no operator ran on the device" in result.out + result.err
+    assert result.err_lines[-1] == (
+        f"dmlpatch: error: cannot write {destination}: No such file or directory"
+    )
+    assert not out.exists()

@@ -43,8 +43,9 @@ options:
   -v, --verbose     say what is patched
 
 exit status: 0 when the program would run on DirectML; 1 when DirectML would stop it,
---verify found a divergence, or 10% or more of model compute ran on the CPU; otherwise the
-program's own status.
+--verify found a divergence, or 10% or more of model compute ran on the CPU; 2 for a bad
+option, or when the --json FILE could not be written at the end; otherwise the program's own
+status.
 """
 
 _FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+), in (?P<func>.*)$')
@@ -187,8 +188,10 @@ def _check(options: Any, chosen: _Options) -> int:
     divergence = shadow.divergence if shadow is not None else None
     outcome = judge(rows, counters, error, program_code, divergence, compute)
     _print(rows, outcome, backend, profile, divergence, counters, compute)
-    if chosen.json:
-        _write_json(chosen.json, rows, outcome, backend, profile, counters, divergence, compute)
+    if chosen.json and not _write_json(
+        chosen.json, rows, outcome, backend, profile, counters, divergence, compute
+    ):
+        return UsageError.exit_code  # what was asked for is missing: a CI must not read on
     return outcome.exit_code
 
 
@@ -402,7 +405,8 @@ def _write_json(
     counters: dict[str, Any],
     divergence: Any,
     compute: dict[str, Any],
-) -> None:
+) -> bool:
+    """Whether the JSON was written (a failure is said in one line)."""
     from dmlpatch import report
 
     data = {
@@ -428,3 +432,5 @@ def _write_json(
             handle.write("\n")
     except OSError as error:
         log.say(f"error: cannot write {destination}: {error.strerror}")
+        return False
+    return True
