@@ -222,3 +222,11 @@ def test_a_json_file_that_cannot_be_written_is_exit_2(
         f"dmlpatch: error: cannot write {destination}: No such file or directory"
     )
     assert not out.exists()
+
+
+def test_byte_counts_in_decimal_units() -> None:
+    from dmlpatch.commands.check import _size
+
+    cases = {0: "0 B", 999: "999 B", 1000: "1.0 KB", 1500: "1.5 KB", 999_999: "1.0 MB"}
+    cases.update({2_500_000_000: "2.5 GB", 5 * 10**12: "5000.0 GB"})
+    assert {n: _size(n) for n in cases} == cases

@@ -23,7 +23,7 @@ why = "picks its own device: torch.device('cuda' if torch.cuda.is_available() el
 
 [[wrap]]
 target = "facexlib.detection:init_detection_model"
-fix = "dmlpatch.fixes.common:device_default"
+fix = "dmlpatch.patches.facexlib.fixes:download_hint"
 versions = ">=0.3"
 why = "default device='cuda'"
 """
@@ -177,3 +177,18 @@ def test_builtin_specs_are_valid() -> None:
     assert {specs.spec_name(path) for path in paths} >= {"torch", "ultralytics", "gfpgan"}
     for path in paths:
         specs.load_file(path)
+
+
+def test_every_fix_the_specs_and_their_readme_name_exists() -> None:
+    """A fix named in a built-in spec or in the spec format's documentation resolves."""
+    import pkgutil
+    import re
+
+    directory = specs.builtin_directory()
+    assert directory is not None
+    named = {w.fix for path in specs.specs_in(directory) for w in specs.load_file(path).wraps}
+    readme = (directory / "README.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r'^fix = "([^"]+)"', readme, re.M))
+    assert documented, "the README shows a [[wrap]] entry"
+    for reference in sorted(named | documented):
+        assert callable(pkgutil.resolve_name(reference)), reference

@@ -61,12 +61,6 @@ def _installed() -> dict[str, str]:
     return _index
 
 
-def forget() -> None:
-    """Re-read installed distributions on the next call (after installs in this process)."""
-    global _index
-    _index = None
-
-
 def requirement_of(distribution: str, dependency: str) -> Optional[str]:
     """``torch==2.4.1`` when ``distribution`` requires ``dependency`` with that specifier."""
     from packaging.requirements import InvalidRequirement, Requirement

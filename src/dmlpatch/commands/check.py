@@ -139,7 +139,9 @@ def main(arguments: list[str]) -> int:
         profile_table.resolve(chosen.profile)  # one-line error for an unknown name
         os.environ[profile_table.PROFILE_ENV] = chosen.profile
     os.environ["DMLPATCH_TRACE"] = "1"  # first-call stacks from the simulated device
-    os.environ.pop("DMLPATCH_DISABLE", None)
+    from dmlpatch.patching import engine
+
+    os.environ.pop(engine.DISABLE_VAR, None)
     from dmlpatch.placement import session
 
     session.by_operators()
@@ -268,11 +270,15 @@ def table_rows(counters: dict[str, Any]) -> list[Row]:
 
 
 def _size(nbytes: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if nbytes < 1000 or unit == "GB":
-            return f"{nbytes} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000  # type: ignore[assignment]
-    return f"{nbytes} B"
+    """``512 B``, ``1.5 KB`` ... ``2048.0 GB``: decimal units, as the copies' byte counts."""
+    if nbytes < 1000:
+        return f"{nbytes} B"
+    scaled = float(nbytes)
+    for unit in ("KB", "MB", "GB"):
+        scaled /= 1000
+        if round(scaled, 1) < 1000 or unit == "GB":
+            break
+    return f"{scaled:.1f} {unit}"
 
 
 def judge(

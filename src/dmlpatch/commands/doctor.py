@@ -196,8 +196,11 @@ def _top_level(spec: Any) -> str:
 
 def _imports(modules: list[str], patched: bool = False) -> list[Optional[str]]:
     """For each module, None when it imports in a fresh process, else its last error line."""
-    env = {k: v for k, v in os.environ.items() if k != "DMLPATCH_DEVICE"}
-    env["DMLPATCH_DISABLE"] = "0" if patched else "1"
+    from dmlpatch.device import resolution
+    from dmlpatch.patching import engine
+
+    env = {k: v for k, v in os.environ.items() if k != resolution.ENV_VAR}
+    env[engine.DISABLE_VAR] = "0" if patched else "1"
     prefix = (
         "import dmlpatch.patching.engine; dmlpatch.patching.engine.activate('cpu'); "
         if patched

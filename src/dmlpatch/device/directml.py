@@ -48,12 +48,6 @@ def precheck() -> Optional[str]:
     return None
 
 
-def forget() -> None:
-    """Drop the cached answer (tests and ``doctor`` re-probe after changing the environment)."""
-    global _probed
-    _probed = None
-
-
 def _probe() -> DirectML:
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():

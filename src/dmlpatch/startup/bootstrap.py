@@ -11,7 +11,7 @@ import atexit
 import os
 
 from dmlpatch import log, report
-from dmlpatch.device import announce
+from dmlpatch.device import announce, resolution
 from dmlpatch.errors import DmlpatchError
 from dmlpatch.patching import engine
 from dmlpatch.rewriting import main_script, spawn_main
@@ -37,14 +37,12 @@ def startup(device: Optional[str] = None, main: bool = True) -> None:
         return
     _started = True
     try:
-        engine.activate(os.environ.get("DMLPATCH_DEVICE") or device)
+        engine.activate(os.environ.get(resolution.ENV_VAR) or device)
     except DmlpatchError as error:
         log.say(f"warning: patches not active in this process: {error}")
         return
     _active = True
     if announce.rank_zero_worker():
-        from dmlpatch.device import resolution
-
         resolution.when_resolved(announce.resolved)
     spawn_main.install()
     destination = os.environ.get(REPORT_VAR)
@@ -60,8 +58,6 @@ def started() -> bool:
 
 
 def _write_report_if_used(destination: str) -> None:
-    from dmlpatch.device import resolution
-
     # Every Python process of an activated environment runs this; only those that touched a
     # device (pip, say, never does) have anything to report.
     if resolution.resolved_or_none() is not None:

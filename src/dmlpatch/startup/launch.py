@@ -107,15 +107,15 @@ def prepare(options: Options) -> bool:
     """
     from dmlpatch.device import resolution
     from dmlpatch.patching import engine
-    from dmlpatch.rewriting import hook
+    from dmlpatch.rewriting import discovery, hook
 
     if options.verbose:
         os.environ["DMLPATCH_VERBOSE"] = "1"
     if engine.disabled():
-        log.say("DMLPATCH_DISABLE=1: running the program without patches")
+        log.say(f"{engine.DISABLE_VAR}=1: running the program without patches")
         return False
     spec = options.device or resolution.configured_spec()
-    scope_text = options.scope or os.environ.get("DMLPATCH_SCOPE")
+    scope_text = options.scope or os.environ.get(discovery.SCOPE_VAR)
     scope = parse_scope(scope_text) if scope_text else None  # a bad one is exit 2, before anything
     resolution.configure(spec)
     resolution.precheck()
@@ -151,9 +151,9 @@ def _resolved(chosen: Resolution) -> None:
 
 def propagate_to_children(spec: str) -> None:
     """Children (subprocess, spawn workers, DDP ranks) start patched through sitecustomize."""
-    from dmlpatch.device import announce
+    from dmlpatch.device import announce, resolution
 
-    os.environ["DMLPATCH_DEVICE"] = spec
+    os.environ[resolution.ENV_VAR] = spec
     os.environ[announce.RANK_ZERO_VAR] = "1"
     paths = os.environ.get("PYTHONPATH", "")
     if CHILD_DIRECTORY not in paths.split(os.pathsep):
