@@ -1,7 +1,7 @@
 """Simulated DirectML device: per-op overhead and training-step cost against the CPU.
 
 Run: ``python benchmarks/sim.py`` (``--no-build`` skips the cold-build measurement).
-Targets (issue 3): <= 2.5x CPU per training step, cold build <= 60 s, warm load <= 0.5 s.
+Targets: <= 2.5x CPU per training step, cold build <= 60 s, warm load <= 0.5 s.
 """
 
 from __future__ import annotations

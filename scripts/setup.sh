@@ -19,13 +19,13 @@ fi
   basicsr==1.4.2 facexlib==0.3.0 gfpgan==1.3.8 realesrgan==0.3.0 ultralytics==8.4.190
 # ultralytics 8.4 pickles its trainer for DDP ranks with cloudpickle (an optional dependency).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check cloudpickle==3.1.2
-# The 2024 ultralytics line (the seeds' era) for the version-gate tests, beside the venv.
+# The early-2024 ultralytics line for the version-gate tests, beside the venv.
 if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
     --target .cache/ultralytics-8.1.47 \
     ultralytics==8.1.47 pandas==2.2.3 seaborn==0.13.2 pytz tzdata py-cpuinfo==9.0.0
 fi
-# facexlib 0.2.5 (module-level device choice, the seeds' era) for its version-gated rules.
+# facexlib 0.2.5 (module-level device choice, early 2024) for its version-gated rules.
 if [ ! -d .cache/facexlib-0.2.5/facexlib ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
     --target .cache/facexlib-0.2.5 facexlib==0.2.5

@@ -250,8 +250,8 @@ print(json.dumps(report.snapshot()["patches"]["spec"]["modules"]))
 """
 
 
-#: How many processes race for one cold cache (issue 8: "16 processes importing the same
-#: targets at once").
+#: How many processes race for one cold cache: 16 processes importing the same targets at once
+#: (a DataLoader's spawn workers, DDP ranks).
 RACERS = 16
 
 

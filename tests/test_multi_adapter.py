@@ -97,7 +97,7 @@ def test_data_parallel_without_dmlpatch_stays_torchs_own() -> None:
     assert _json_line(plain.out) == _json_line(patched.out)
 
 
-def test_the_seeds_cifar_script_uses_both_adapters_when_asked(tmp_path: Path) -> None:
+def test_the_example_cifar_script_uses_both_adapters_when_asked(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     result = _dmlpatch("sim:0,1", EXAMPLE, "--epochs", "1", "--samples", "128", report=report)
     assert result.code == 0, result.err

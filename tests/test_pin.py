@@ -1,4 +1,4 @@
-"""Pin protection (issue 19): real pip in a throw-away venv keeps a torch-directml-like pin.
+"""Pin protection: real pip in a throw-away venv keeps a torch-directml-like pin.
 
 Each venv has its own pip (ensurepip, offline) and sees dmlpatch's sources, nothing of .venv:
 the wheels pip installs — a ``torch-directml`` whose metadata pins ``torch==2.4.1`` and

@@ -1,4 +1,4 @@
-"""facexlib 0.2.x, the seeds' era: RetinaFace's device is chosen once, at module level.
+"""facexlib 0.2.x (early 2024): RetinaFace's device is chosen once, at module level.
 
 ``facexlib/detection/retinaface.py`` (0.2.5, line 14) sets ``device = torch.device('cuda' if
 torch.cuda.is_available() else 'cpu')`` and moves every tensor it makes there, whatever device

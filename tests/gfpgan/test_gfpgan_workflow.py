@@ -1,4 +1,4 @@
-"""Issue 4: the upstream GFPGAN demo, unmodified, on the simulated DirectML device.
+"""The upstream GFPGAN demo, unmodified, on the simulated DirectML device.
 
 Real libraries (facexlib 0.3.0, basicsr 1.4.2, gfpgan 1.3.8, realesrgan 0.3.0), random-init
 weights in their exact formats (``gfpgan_fixtures.py``), sockets blocked. The CPU references
@@ -447,7 +447,7 @@ def test_noise_without_normal_on_pytorch_directml_1_8(assets, tmp_path: Path) ->
     assert data["std"] > 0
 
 
-def test_without_dmlpatch_it_fails_as_the_seeds_describe(assets, tmp_path: Path) -> None:
+def test_without_dmlpatch_it_fails_as_users_report(assets, tmp_path: Path) -> None:
     work = assets.workdir(tmp_path)
     args = [str(assets.script), "-i", str(assets.root / "inputs" / "whole"), "-o", "results"]
     plain = _run(args, assets.env(), work)
@@ -468,8 +468,8 @@ def test_without_dmlpatch_it_fails_as_the_seeds_describe(assets, tmp_path: Path)
     assert edited.code == 0, edited.err
     assert "The unoptimized RealESRGAN is slow on CPU. We do not use it." in edited.err
     assert "aten::convolution_overrideable" not in json.loads(edited.out.splitlines()[-1])["native"]
-    # The seeds' hand edit of gfpgan/utils.py (device -> DirectML) alone: GFPGANv1 ("-v 1")
-    # calls basicsr's CUDA extension and dies.
+    # The hand edit DirectML guides give for gfpgan/utils.py (device -> DirectML) alone:
+    # GFPGANv1 ("-v 1") calls basicsr's CUDA extension and dies.
     script = tmp_path / "v1.py"
     script.write_text(
         "import sys, cv2, torch\nfrom gfpgan import GFPGANer\n"

@@ -38,7 +38,7 @@ from support import (
 
 HERE = Path(__file__).resolve().parent
 ULTRALYTICS = Path(__import__("ultralytics").__file__).parent
-# scripts/setup.sh installs the 2024 line (the seeds' era) beside the venv, not into it.
+# scripts/setup.sh installs the early-2024 line beside the venv, not into it.
 OLD_ULTRALYTICS = Path(
     os.environ.get(
         "DMLPATCH_ULTRALYTICS_8_1",
@@ -365,7 +365,7 @@ def test_device_sim_loads_the_simulator_on_demand(ws: Workspace) -> None:
     assert ADAPTER in result.out + result.err
 
 
-# -- ultralytics 8.1 (the seeds' era) ----------------------------------------------------------
+# -- ultralytics 8.1 (early 2024) ----------------------------------------------------------------
 
 
 def test_ultralytics_8_1_trains_on_sim_like_on_cpu(ws: Workspace) -> None:

@@ -20,7 +20,7 @@ from dmlpatch.errors import DeviceUnavailable
 DEFAULT_PROFILE = "torch-directml-0.2.5"
 PROFILE_ENV = "DMLPATCH_SIM_PROFILE"
 
-ERRORS_MD = "shared/dml/errors.md (strings of torch-directml 0.2.5's native library)"
+ERRORS_MD = "the error strings of torch-directml 0.2.5's native library"
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ RULES_1_8: tuple[Rule, ...] = (
         "always",
         (),
         "Could not run 'aten::normal_' with arguments from the 'DML' backend.",
-        "shared/dml/errors.md, 'Older releases': pytorch-directml 1.8 lacks normal_ "
+        "pytorch-directml 1.8 (the last release before torch-directml) lacks normal_ "
         "(GFPGAN/StyleGAN2 noise injection)",
     ),
 )

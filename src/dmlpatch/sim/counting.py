@@ -42,7 +42,7 @@ def trace_requested() -> bool:
 
 
 def fallback_warning(name: str) -> str:
-    """torch-directml's CPU-fallback warning, verbatim (shared/dml/errors.md)."""
+    """torch-directml's CPU-fallback warning, verbatim (from its 0.2.5 native library)."""
     return (
         f"The operator '{name}' is not currently supported on the DML backend and will fall "
         "back to run on the CPU. This may have performance implications."
