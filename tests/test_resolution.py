@@ -257,3 +257,21 @@ def test_public_device_and_describe() -> None:
     assert result.code == 0, result.err
     assert result.out.splitlines()[0] == "device(type='privateuseone', index=1)"
     assert json.loads(result.out.splitlines()[1])["adapter"] == "Simulated UHD (integrated)"
+
+
+def test_op_fixes_are_installed_where_the_process_commits_to_the_device() -> None:
+    """resolve() answers; current() commits, and only then are DirectML's op fixes installed."""
+    program = (
+        "import json\n"
+        "from dmlpatch import opfix\n"
+        "from dmlpatch.device import resolution\n"
+        "answer = resolution.resolve('sim')\n"
+        "before = opfix.installed()\n"
+        "resolution.configure('sim')\n"
+        "chosen = resolution.current()\n"
+        "after = opfix.installed()\n"
+        "print(json.dumps([answer.backend, before is None, chosen.backend, after is not None]))\n"
+    )
+    result = run_python(["-c", program])
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == ["sim", True, "sim", True]

@@ -4,6 +4,8 @@ Specs: ``auto`` (default), ``dml``, ``dml:N``, ``dml:N,M``, ``dml:NAME`` (case-i
 substring of the adapter name), ``privateuseone:N`` (same as ``dml:N``), ``sim``, ``sim:N``,
 ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``. The spec comes from :func:`configure`, else
 ``$DMLPATCH_DEVICE``, else ``auto``. Parsing needs no torch; resolving imports it.
+:func:`resolve` only answers; :func:`current` commits the process to the answer, and is where a
+DirectML backend gets its operator fixes installed.
 """
 
 from __future__ import annotations
@@ -159,6 +161,10 @@ def current() -> Resolution:
             _resolving = True
             try:
                 resolved = resolve(configured_spec())
+                # Committing the process to a DirectML backend is the one place its operator
+                # gaps get their on-device fixes; resolve() only answers.
+                if resolved.backend in ("sim", "directml"):
+                    install_op_fixes(resolved.backend)
             finally:
                 _resolving = False
             _current = resolved
@@ -257,7 +263,6 @@ def _resolve_dml(spec: Spec) -> Resolution:
 
 def _directml_resolution(spec: Spec, found: Any, indices: tuple[int, ...], why: str) -> Resolution:
     names = tuple(found.names[i] for i in indices)
-    _install_op_fixes("directml")
     return Resolution(spec.text, "directml", "privateuseone", indices, names, why)
 
 
@@ -265,7 +270,6 @@ def _resolve_sim(spec: Spec) -> Resolution:
     from dmlpatch import sim
 
     sim.load()
-    _install_op_fixes("sim")
     names = tuple(sim.device_name(i) for i in range(sim.device_count()))
     indices = _select(spec, names, "simulated DirectML")
     return Resolution(
@@ -278,8 +282,8 @@ def _resolve_sim(spec: Spec) -> Resolution:
     )
 
 
-def _install_op_fixes(backend: str) -> None:
-    """DirectML's operator gaps fixed on the device, as soon as its backend is loaded."""
+def install_op_fixes(backend: str) -> None:
+    """DirectML's operator gaps (``dmlpatch.opfix``) fixed on the device of ``backend``."""
     from dmlpatch import opfix
 
     opfix.install_for(backend)
