@@ -26,7 +26,13 @@ from typing import NamedTuple, Optional
 
 from dmlpatch.errors import DmlpatchError
 
-SITE_FILE_NAME = "pip.ini" if sys.platform.startswith("win") else "pip.conf"
+
+def site_file_name(platform: str = sys.platform) -> str:
+    """pip's name for a configuration file on ``platform``."""
+    return "pip.ini" if platform.startswith("win") else "pip.conf"
+
+
+SITE_FILE_NAME = site_file_name()
 KEY = "constraint"
 NOTE = "# added by dmlpatch pin; dmlpatch unpin takes it out"
 
@@ -282,15 +288,18 @@ def _meaningful(line: str) -> bool:
     return bool(stripped) and stripped[0] not in "#;"
 
 
+def url_path(url: str, windows: bool = os.name == "nt") -> str:
+    """The path of a ``file:`` URL: ``file:///C:/env/x.txt`` is ``C:/env/x.txt`` on Windows."""
+    from urllib.parse import unquote, urlparse
+
+    path = unquote(urlparse(url).path)
+    return path[1:] if windows and re.match(r"^/[A-Za-z]:", path) else path
+
+
 def same_file(token: str, path: Path) -> bool:
     """Whether a constraint list entry (a path or a ``file:`` URL) names ``path``."""
     if token.startswith("file:"):
-        from urllib.parse import unquote, urlparse
-
-        parsed = urlparse(token)
-        token = unquote(parsed.path)
-        if os.name == "nt" and re.match(r"^/[A-Za-z]:", token):
-            token = token[1:]
+        token = url_path(token)
     try:
         return os.path.normcase(os.path.abspath(token)) == os.path.normcase(str(path))
     except (TypeError, ValueError):

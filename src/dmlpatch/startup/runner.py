@@ -179,11 +179,21 @@ def run_console_script(command: str, args: list[str]) -> Any:
     return entry_point.load()()
 
 
+def console_script_name(command: str) -> str:
+    """The entry point's name in a command as typed: ``yolo`` for ``yolo``,
+    ``.venv/bin/yolo`` and ``C:\\env\\Scripts\\yolo.exe`` (pip's launcher on Windows)."""
+    import ntpath  # splits at both separators, on every platform
+
+    name = ntpath.basename(command)
+    stem, suffix = os.path.splitext(name)
+    return stem if suffix.lower() == ".exe" else name
+
+
 def find_console_script(command: str) -> Any:
     """The entry point (not yet loaded: loading imports the target library)."""
     from dmlpatch._metadata import entry_points
 
-    name = os.path.basename(command)
+    name = console_script_name(command)
     for entry_point in entry_points("console_scripts"):
         if entry_point.name == name:
             return entry_point
