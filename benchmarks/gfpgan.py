@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/gfpgan.py [--rounds N]
 
 Wall time of the upstream demo (``inference_gfpgan.py -v 1.3``, random-init weights from
-``tests/gfpgan/gfpgan_fixtures.py``, fetched and built into a temporary directory) for two
+``tests/e2e/gfpgan/gfpgan_fixtures.py``, fetched and built into a temporary directory) for two
 workloads: an aligned face (``--aligned --bg_upsampler none``) and one whole image with the
 Real-ESRGAN x2 background upsampler. Three ways of running it:
 
@@ -48,7 +48,7 @@ from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 # This file's own directory would shadow the gfpgan package (benchmarks/gfpgan.py): replace it.
-sys.path[0] = str(REPO / "tests" / "gfpgan")
+sys.path[0] = str(REPO / "tests" / "e2e" / "gfpgan")
 
 import gfpgan_fixtures  # noqa: E402  (a test helper, found through the path above)
 

@@ -64,7 +64,7 @@ def main() -> None:
         )
 
     import torch
-    from tests.sim.models import MODELS, make_input
+    from tests.e2e.sim.models import MODELS, make_input
 
     import dmlpatch.sim as sim
 

@@ -7,7 +7,7 @@ at once (default 4), each run a fresh process:
 
 - ``cnn``: ``examples/train_cnn.py`` as it is (2 epochs of synthetic CIFAR-10-sized data);
 - ``yolo``: ``YOLO("yolov8n.yaml").train(...)``, one epoch at imgsz=64 on the tests' synthetic
-  dataset (``tests/yolo/yolo_fixtures.py``), then ultralytics' own final validation; offline,
+  dataset (``tests/e2e/yolo/yolo_fixtures.py``), then ultralytics' own final validation; offline,
   with sockets refused and logged, as the tests run it.
 
 Each workload has its own empty caches, so its first run is the cold one:
@@ -99,7 +99,7 @@ class Soak:
             directory.mkdir()
         self.netlog = root / "network.log"
         self.data = self.root / "data" / "data.yaml"
-        sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "yolo")]
+        sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e" / "yolo")]
         if "yolo" in workloads:
             import yolo_fixtures  # test helpers, found through the path above (cv2, matplotlib)
 

@@ -3,7 +3,7 @@
     python benchmarks/yolo.py [--steps-json]
 
 Builds the tests' synthetic dataset (8 train, 4 val images at 64x64) in a temporary directory
-and runs ``tests/yolo/train_api.py`` (``YOLO('yolov8n.yaml').train(epochs=1, batch=4)``, then
+and runs ``tests/e2e/yolo/train_api.py`` (``YOLO('yolov8n.yaml').train(epochs=1, batch=4)``, then
 val and predict) three times, offline: on the CPU without dmlpatch; under
 ``python -m dmlpatch --device sim`` with the default profile (torch-directml 0.2.5's gaps); and
 with the ``permissive`` profile (no gaps). Per training step it prints the copies and CPU
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "yolo")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "e2e" / "yolo")]
 
 import yolo_fixtures  # noqa: E402  (a test helper, found through the path above)
 
-SCRIPT = REPO / "tests" / "yolo" / "train_api.py"
+SCRIPT = REPO / "tests" / "e2e" / "yolo" / "train_api.py"
 
 
 def run(root: Path, data: Path, name: str, device: str, profile: str | None) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite, plus the lint gate.
+# The whole test suite (tests/unit, then tests/e2e), plus the lint and format gates.
+# Extra arguments go to pytest: `bash scripts/test.sh tests/unit` runs the fast tests alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check src tests benchmarks examples
+.venv/bin/ruff format --check src tests benchmarks examples
 # The slowest tests, so that the suite stays within its time (25 minutes on 2 cores).
 .venv/bin/python -m pytest -q --durations=15 "$@"

@@ -1,5 +1,5 @@
 # Corpus of CUDA idioms, written the way the libraries write them. "# site: <kinds>" marks
-# each line the rewriter must change; tests/test_rewrite.py reads these markers.
+# each line the rewriter must change; tests/unit/test_rewrite.py reads these markers.
 # ruff: noqa: E501
 # fmt: off
 """Every way a module gets at ``torch.cuda`` and ``torch.device``."""

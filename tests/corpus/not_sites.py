@@ -1,5 +1,5 @@
 # Corpus of CUDA idioms, written the way the libraries write them. "# site: <kinds>" marks
-# each line the rewriter must change; tests/test_rewrite.py reads these markers.
+# each line the rewriter must change; tests/unit/test_rewrite.py reads these markers.
 # fmt: off
 """Code that says ``cuda`` without naming a device: none of it may change."""
 

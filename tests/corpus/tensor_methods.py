@@ -1,5 +1,5 @@
 # Corpus of CUDA idioms, written the way the libraries write them. "# site: <kinds>" marks
-# each line the rewriter must change; tests/test_rewrite.py reads these markers.
+# each line the rewriter must change; tests/unit/test_rewrite.py reads these markers.
 # ruff: noqa: UP031
 # fmt: off
 """Hard-coded CUDA on tensors and modules: ``.cuda()``, ``.to('cuda')``, ``device='cuda'``."""

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from tests.opfix.helpers import PROFILE
+from tests.e2e.opfix.helpers import PROFILE
 
 import dmlpatch.sim as sim
 from dmlpatch.opfix import _accounting

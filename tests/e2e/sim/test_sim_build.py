@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.sim.helpers import run_python, sim_env
+from tests.e2e.sim.helpers import run_python, sim_env
 
 TIMED_LOAD = """
 import json, time

@@ -460,7 +460,7 @@ def _run(case: Case, box: Sandbox, request: pytest.FixtureRequest, **extra: str)
         os.symlink(request.getfixturevalue("built_sim"), box.cache / "sim")
     prefix: list[str] = []
     if NOBODY in case.needs:
-        # The suite runs as root with setpriv (CI included), as tests/test_activation.py does.
+        # The suite runs as root with setpriv (CI included), as tests/e2e/test_activation.py does.
         assert _can_drop_privileges(), "dropping to user nobody needs root and setpriv"
         prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
     env = clean_env(

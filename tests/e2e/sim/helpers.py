@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-#: src/ for dmlpatch, the repository root for tests.sim.models.
+ROOT = Path(__file__).resolve().parents[3]
+#: src/ for dmlpatch, the repository root for tests.e2e.sim.models.
 REPO_PATH = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
 
 

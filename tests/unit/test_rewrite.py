@@ -257,7 +257,7 @@ def test_new_nodes_take_the_location_of_what_they_replace() -> None:
 def test_calls_spanning_lines_fail_on_the_lines_the_original_did() -> None:
     """CPython names a multi-line method call by its method's line; rewritten calls keep that.
 
-    (Found by the site-packages corpus, tests/test_rewrite_corpus.py: ``model = Net().cuda(``
+    (Found by the site-packages corpus, tests/e2e/test_rewrite_corpus.py: ``model = Net().cuda(``
     with its argument on the next lines put the rewritten call on the closing line.)
     """
     source = textwrap.dedent(

@@ -1,4 +1,4 @@
-"""A CUDA-style DDP script for torchrun: rank and world from the environment (tests/multi).
+"""A CUDA-style DDP script for torchrun: rank and world from the environment (tests/e2e/multi).
 
 torchrun --standalone --nproc_per_node 2 torchrun_program.py OUT
 Each rank trains ddp_program's model on its slice of ddp_program's batches and writes OUT.r.

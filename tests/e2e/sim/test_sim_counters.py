@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from tests.sim.helpers import run_json
+from tests.e2e.sim.helpers import run_json
 
 import dmlpatch.sim as sim
 

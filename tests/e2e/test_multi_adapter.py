@@ -84,7 +84,7 @@ def test_data_parallel_on_the_one_selected_adapter_is_the_plain_model() -> None:
     # Two adapters exist, one is selected: DataParallel uses that one and nothing is split.
     assert (got["wrapped"], got["device_count"], got["device"]) == (True, 1, "privateuseone:0")
     # Two processes: the CPU's thread pool may split a reduction differently under load, so the
-    # last bit can differ (as in tests/sim, held to one float32 rounding step).
+    # last bit can differ (as in tests/e2e/sim, held to one float32 rounding step).
     assert _close(got["losses"], want["losses"], 1e-6)
     assert _close(got["parameters"], want["parameters"], 1e-6)
 

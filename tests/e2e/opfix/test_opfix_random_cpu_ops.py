@@ -7,8 +7,8 @@ import os
 
 import pytest
 import torch
-from tests.opfix.helpers import PROFILE, identical
-from tests.sim.helpers import run_json
+from tests.e2e.opfix.helpers import PROFILE, identical
+from tests.e2e.sim.helpers import run_json
 
 import dmlpatch.sim as sim
 from dmlpatch import opfix

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.opfix.helpers import identical, no_copies, without_fixes
+from tests.e2e.opfix.helpers import identical, no_copies, without_fixes
 
 import dmlpatch.sim as sim
 

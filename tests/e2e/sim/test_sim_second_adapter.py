@@ -7,11 +7,11 @@ the same, and save/load keeps the index.
 
 from __future__ import annotations
 
-from tests.sim.helpers import REPO_PATH, run_json
+from tests.e2e.sim.helpers import REPO_PATH, run_json
 
 _ON_ADAPTER_1 = """
 import io, json, torch, dmlpatch.sim as sim
-from tests.sim.models import max_relative_error, train
+from tests.e2e.sim.models import max_relative_error, train
 sim.load()
 one = sim.device(1)
 out = {"count": sim.device_count(), "names": [sim.device_name(i) for i in range(2)]}

@@ -122,7 +122,7 @@ def _stand_in(tmp_path: Path, body: str) -> Path:
 
 
 # Only an import of torch-directml (and so of torch) shows these failures: dmlpatch makes it
-# when the program imports torch, never before (tests/test_startup_order.py).
+# when the program imports torch, never before (tests/e2e/test_startup_order.py).
 @pytest.mark.parametrize("mode", sorted(STAND_INS))
 def test_dml_unavailable_is_one_line_and_exit_2(tmp_path: Path, mode: str) -> None:
     body, expected = STAND_INS[mode]

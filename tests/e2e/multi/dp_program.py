@@ -1,4 +1,4 @@
-"""A CUDA-style DataParallel training loop (tests/multi drives it).
+"""A CUDA-style DataParallel training loop (tests/e2e/multi drives it).
 
 Run under dmlpatch it trains on the DirectML adapters dmlpatch selected. With
 ``--reference N`` it runs on the CPU and computes what DataParallel over N devices computes:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from tests.opfix.helpers import PROFILE
+from tests.e2e.opfix.helpers import PROFILE
 
 import dmlpatch.sim as sim
 from dmlpatch import opfix

@@ -603,7 +603,7 @@ def test_generated_programs_compile_keep_lines_and_route_every_site(program: Pro
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(resolution, "current", lambda: _ACCELERATOR)
         assert _run(code) == program.rewritten
-    # Rewriting is idempotent (tests/test_rewrite.py claims it for the idiom corpus too).
+    # Rewriting is idempotent (tests/unit/test_rewrite.py claims it for the idiom corpus too).
     once = ast.unparse(result.tree)
     again = rewrite(once)
     assert again.sites == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.sim.helpers import run_json, run_python
+from tests.e2e.sim.helpers import run_json, run_python
 
 from dmlpatch.gaps import registered_ops as opindex
 from dmlpatch.gaps.profiles import PROFILES, RULES_0_2_5

@@ -1,4 +1,4 @@
-"""A DDP rank whose peer dies mid-training (tests/multi).
+"""A DDP rank whose peer dies mid-training (tests/e2e/multi).
 
 ``python peer_dies_program.py RANK PORT``: two ranks started separately, NCCL requested,
 .cuda(); rank 1 ends its process abruptly before its fourth step, so rank 0's fourth bucket

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.sim.helpers import REPO_PATH, run_json
-from tests.sim.models import max_relative_error, train
+from tests.e2e.sim.helpers import REPO_PATH, run_json
+from tests.e2e.sim.models import max_relative_error, train
 
 CASES = [
     ("cnn", "sgd", False),
@@ -42,7 +42,7 @@ def test_lstm_gru_train_in_permissive_profile() -> None:
     errors = run_json(
         """
         import json, torch, dmlpatch.sim as sim
-        from tests.sim.models import max_relative_error, train
+        from tests.e2e.sim.models import max_relative_error, train
         sim.load()
         out = {}
         for opt, foreach in (("sgd", False), ("adam", True), ("adamw", False)):

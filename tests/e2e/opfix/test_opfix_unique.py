@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.opfix.helpers import no_copies, same_values, without_fixes
+from tests.e2e.opfix.helpers import no_copies, same_values, without_fixes
 
 import dmlpatch.sim as sim
 

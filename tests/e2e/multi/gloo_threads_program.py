@@ -1,4 +1,4 @@
-"""Which threads free the host tensors dmlpatch hands to gloo (tests/multi).
+"""Which threads free the host tensors dmlpatch hands to gloo (tests/e2e/multi).
 
 Two ranks (torch.multiprocessing.spawn, NCCL requested, .cuda()) train a small DDP model, then
 call the collectives a program calls directly. Every CPU tensor handed to gloo through dmlpatch

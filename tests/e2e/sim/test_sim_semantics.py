@@ -7,7 +7,7 @@ import io
 import pytest
 import torch
 import torchvision
-from tests.sim.helpers import run_json
+from tests.e2e.sim.helpers import run_json
 
 import dmlpatch.sim as sim
 

@@ -1,4 +1,4 @@
-"""A CUDA-style DDP training script, in the shape of PyTorch's DDP tutorial (tests/multi).
+"""A CUDA-style DDP training script, in the shape of PyTorch's DDP tutorial (tests/e2e/multi).
 
 One process per GPU through torch.multiprocessing.spawn, the NCCL backend, set_device(rank),
 .cuda(); each rank trains on its slice of every batch. Rank r writes what it ended with to

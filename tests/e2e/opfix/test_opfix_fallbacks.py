@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.opfix.helpers import no_copies, without_fixes
+from tests.e2e.opfix.helpers import no_copies, without_fixes
 
 import dmlpatch.sim as sim
 
