@@ -28,9 +28,8 @@ class _NamedTupleMeta(type):
         defaults = [namespace[field] for field in fields if field in namespace]
         if defaults and any(field not in namespace for field in fields[-len(defaults) :]):
             raise TypeError(f"{name}: fields without a default follow fields with one")
-        made = collections.namedtuple(  # type: ignore[misc]
-            name, fields, defaults=defaults, module=namespace.get("__module__")
-        )
+        build: Any = collections.namedtuple  # fields known only at run time
+        made = build(name, fields, defaults=defaults, module=namespace.get("__module__"))
         made.__qualname__ = namespace.get("__qualname__", name)
         for key, value in namespace.items():
             if key not in _NOT_COPIED and key not in fields:

@@ -20,12 +20,16 @@ log_sigmoid            ``min(x, 0) - log1p(z)``, ``z = exp(-|x|)`` kept as the b
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from collections.abc import Callable
+from typing import Any, Optional, Union
 
 import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+
+#: An operator's ``out=`` kernel: its arguments, then ``out``; returns ``out``.
+OutKernel = Callable[..., torch.Tensor]
 
 
 def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
@@ -178,18 +182,18 @@ def _log_sigmoid_backward_out(
     return _into(grad_input, _log_sigmoid_gradient(grad_output, self))
 
 
-def _functional(out_kernel, like: int = 0):  # type: ignore[no-untyped-def]
+def _functional(out_kernel: OutKernel, like: int = 0) -> Callable[..., torch.Tensor]:
     """The functional form of an ``out=`` kernel: the result is shaped like argument ``like``."""
 
-    def functional(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def functional(*args: Any, **kwargs: Any) -> torch.Tensor:
         template = args[like]
         return out_kernel(*args, **kwargs, out=template.new_empty(0))
 
     return functional
 
 
-def _in_place(out_kernel):  # type: ignore[no-untyped-def]
-    def in_place(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+def _in_place(out_kernel: OutKernel) -> Callable[..., torch.Tensor]:
+    def in_place(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         return out_kernel(self, *args, **kwargs, out=self)
 
     return in_place

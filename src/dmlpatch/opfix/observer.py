@@ -169,7 +169,8 @@ class Observer(TorchDispatchMode):
 
     def __enter__(self) -> Observer:
         self._previous_sink = _accounting.set_sink(self._from_fix)
-        return super().__enter__()  # type: ignore[no-any-return]
+        super().__enter__()
+        return self
 
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)

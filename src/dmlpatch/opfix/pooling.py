@@ -15,7 +15,7 @@ registers and no report says it refuses).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional
 
 import torch
@@ -90,7 +90,7 @@ def _native(
     return out
 
 
-def _avg_pool(rank: int):  # type: ignore[no-untyped-def]
+def _avg_pool(rank: int) -> Callable[..., torch.Tensor]:
     name = f"aten::avg_pool{rank}d"
 
     def kernel(

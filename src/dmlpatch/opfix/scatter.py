@@ -13,6 +13,7 @@ these same kernels. Calls DirectML accepts go to its own kernel (the ``.out`` va
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 import torch
@@ -85,7 +86,7 @@ def _scatter_block(
     _native_into(block, block, dim, index, src, reduce)
 
 
-def _functional(name: str, reduce_arg: bool):  # type: ignore[no-untyped-def]
+def _functional(name: str, reduce_arg: bool) -> Callable[..., torch.Tensor]:
     def kernel(
         self: torch.Tensor, dim: int, index: torch.Tensor, src: Any, *, reduce: Optional[str] = None
     ) -> torch.Tensor:
@@ -100,7 +101,7 @@ def _functional(name: str, reduce_arg: bool):  # type: ignore[no-untyped-def]
     return kernel
 
 
-def _inplace(name: str):  # type: ignore[no-untyped-def]
+def _inplace(name: str) -> Callable[..., torch.Tensor]:
     def kernel(
         self: torch.Tensor, dim: int, index: torch.Tensor, src: Any, *, reduce: Optional[str] = None
     ) -> torch.Tensor:

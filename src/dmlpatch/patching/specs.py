@@ -18,7 +18,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -208,14 +208,14 @@ class _Reader:
         self.origin = origin
         self.data = data
 
-    def fail(self, field_name: str, problem: str) -> None:
+    def fail(self, field_name: str, problem: str) -> NoReturn:
         raise SpecError(f"patch spec {self.origin}: field {field_name!r} {problem}")
 
     def table(self, key: str) -> dict[str, Any]:
         value = self.data.get(key)
         if not isinstance(value, dict):
             self.fail(key, "is missing or is not a table ([" + key + "])")
-        return value  # type: ignore[return-value]
+        return value
 
     def array(self, key: str) -> list[dict[str, Any]]:
         value = self.data.get(key, [])
@@ -229,13 +229,13 @@ class _Reader:
             return ""
         if not isinstance(value, str) or not value.strip():
             self.fail(field_name, "is missing or is not a non-empty string")
-        return value  # type: ignore[return-value]
+        return value
 
     def strings(self, table: dict[str, Any], field_name: str) -> list[str]:
         value = table.get(field_name.rsplit(".", 1)[-1])
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             self.fail(field_name, "is missing or is not a non-empty list of strings")
-        return value  # type: ignore[return-value]
+        return [str(v) for v in value]
 
     def versions(self, table: dict[str, Any], field_name: str) -> SpecifierSet:
         value = table.get(field_name.rsplit(".", 1)[-1], "")
@@ -245,7 +245,6 @@ class _Reader:
             return SpecifierSet(value)
         except InvalidSpecifier:
             self.fail(field_name, f"{value!r} is not a valid version specifier")
-        raise AssertionError("unreachable")
 
     def no_extra(self, table: dict[str, Any], where: str, allowed: set[str]) -> None:
         extra = sorted(set(table) - allowed)

@@ -258,8 +258,11 @@ def _find(lines: list[str]) -> _Found:
             continue
         option = _OPTION.match(stripped)
         in_option = option is not None
-        in_ours = bool(option) and section_name == "install"
-        in_ours = in_ours and option.group("option").lower() == KEY  # type: ignore[union-attr]
+        in_ours = (
+            option is not None
+            and section_name == "install"
+            and option.group("option").lower() == KEY
+        )
         if in_ours:
             key, end = index, index + 1
     return _Found(section, key, end)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import importlib.machinery
+import os
 import sys
 import types
 
@@ -266,11 +267,17 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         _rewritten.add(fullname)
         return code
 
-    def source_to_code(  # type: ignore[override]
-        self, data: Union[bytes, str], path: str, *, _optimize: int = -1
+    def source_to_code(
+        self, data: Any, path: Any = "<string>", *, _optimize: int = -1
     ) -> types.CodeType:
-        """Rewrite, then compile: for callers that compile a source by hand (no cache)."""
-        return self._rewrite_and_compile(data, path)[0]
+        """Rewrite, then compile: for callers that compile a source by hand (no cache).
+
+        The signature is both of the stdlib's: ``InspectLoader``'s static one and
+        ``SourceLoader``'s, with ``_optimize``; any buffer or path-like they accept is taken.
+        """
+        source = data if isinstance(data, (bytes, str)) else bytes(data)
+        name = os.fsdecode(path) if not isinstance(path, str) else path
+        return self._rewrite_and_compile(source, name)[0]
 
     def _rewrite_and_compile(
         self, data: Union[bytes, str], path: str

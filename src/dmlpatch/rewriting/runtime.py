@@ -112,7 +112,8 @@ def set_device(device: Any) -> None:
     global _current_ordinal
     cuda_module = _cuda()
     if cuda_module is not None:
-        return cuda_module.set_device(device)  # type: ignore[no-any-return]
+        cuda_module.set_device(device)
+        return
     ordinal = _ordinal(device)
     if ordinal is None or ordinal < 0:
         return  # CUDA ignores a negative ordinal (and None) here
@@ -134,7 +135,8 @@ def synchronize(device: Any = None) -> None:
     """``torch.cuda.synchronize()`` in a target: wait for the target's queue."""
     cuda_module = _cuda()
     if cuda_module is not None:
-        return cuda_module.synchronize(device)  # type: ignore[no-any-return]
+        cuda_module.synchronize(device)
+        return
     resolution = _resolution.current()
     if resolution.backend == "directml":
         import torch

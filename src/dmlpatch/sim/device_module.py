@@ -137,6 +137,7 @@ def install() -> None:
     """Register the module and the storage method, as torch_directml's import does."""
     from torch.storage import _StorageBase
 
-    _StorageBase.privateuseone = storage_to_device  # type: ignore[attr-defined]
+    storage_base: Any = _StorageBase  # torch_directml adds the method torch does not declare
+    storage_base.privateuseone = storage_to_device
     torch._register_device_module("privateuseone", SimModule)
     _autocast_passes_through()

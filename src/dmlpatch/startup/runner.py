@@ -65,7 +65,9 @@ def run_path(path: str, args: list[str], rewrite: bool = True) -> None:
         sys.argv = [path, *args]
         sys.path[0] = os.path.abspath(path)
         spec = importlib.machinery.PathFinder.find_spec("__main__", [sys.path[0]])
-        _run_spec(spec, rewrite)  # type: ignore[arg-type]
+        if spec is None:  # check_path saw a __main__.py: only a race removes it
+            raise UsageError(f"can't find '__main__' module in {path!r}")
+        _run_spec(spec, rewrite)
         return
     absolute = os.path.abspath(path)
     try:
@@ -109,7 +111,8 @@ def _run_spec(spec: importlib.machinery.ModuleSpec, rewrite: bool) -> None:
     if source is not None:
         code = _compile(source, origin, rewrite)
     else:
-        code = loader.get_code(spec.name)  # type: ignore[union-attr]
+        get_code = getattr(loader, "get_code", None)  # zipimport's loader, among others
+        code = get_code(spec.name) if get_code is not None else None
         if code is None:
             raise UsageError(f"No code object available for {spec.name}")
     main = _fresh_main(

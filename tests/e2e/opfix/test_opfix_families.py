@@ -4,6 +4,7 @@ slow) without dmlpatch on the 0.2.5 profile, equal to the CPU on the device with
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -44,8 +45,8 @@ def pool_cases(draw: st.DrawFn) -> tuple[torch.Tensor, dict[str, object], int]:
     return x, options, rank
 
 
-def _pool(x: torch.Tensor, rank: int, options: dict[str, object]) -> torch.Tensor:
-    return (F.avg_pool2d if rank == 2 else F.avg_pool3d)(x, **options)  # type: ignore[arg-type]
+def _pool(x: torch.Tensor, rank: int, options: dict[str, Any]) -> torch.Tensor:
+    return (F.avg_pool2d if rank == 2 else F.avg_pool3d)(x, **options)
 
 
 @settings(max_examples=80, deadline=None)
@@ -69,7 +70,7 @@ def test_avg_pool_divisor_equals_cpu(
 
 def test_avg_pool_divisor_refused_without_dmlpatch_and_gradient(dev: torch.device) -> None:
     x = torch.randn(2, 3, 9, 8, requires_grad=True)
-    options = {
+    options: dict[str, Any] = {
         "kernel_size": 3,
         "stride": 2,
         "padding": 1,
@@ -77,7 +78,7 @@ def test_avg_pool_divisor_refused_without_dmlpatch_and_gradient(dev: torch.devic
         "divisor_override": 4,
     }
     with without_fixes(), pytest.raises(RuntimeError) as refused:
-        F.avg_pool2d(x.detach().to(dev), **options)  # type: ignore[arg-type]
+        F.avg_pool2d(x.detach().to(dev), **options)
     assert str(refused.value) == DIVISOR
     x3 = torch.randn(1, 2, 4, 5, 6)
     with without_fixes(), pytest.raises(RuntimeError, match=r"^Divisor override isn't"):
@@ -85,11 +86,11 @@ def test_avg_pool_divisor_refused_without_dmlpatch_and_gradient(dev: torch.devic
 
     on_device = x.detach().to(dev).requires_grad_()
     sim.reset_counters()
-    out = F.avg_pool2d(on_device, **options)  # type: ignore[arg-type]
+    out = F.avg_pool2d(on_device, **options)
     (out * out).sum().backward()
     counters = sim.counters()
     assert no_copies(counters), counters
-    expected = F.avg_pool2d(x, **options)  # type: ignore[arg-type]
+    expected = F.avg_pool2d(x, **options)
     (expected * expected).sum().backward()
     torch.testing.assert_close(out.detach().cpu(), expected.detach(), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(on_device.grad.cpu(), x.grad, rtol=1e-6, atol=1e-6)

@@ -98,14 +98,16 @@ class _HookSlot:
         self.program_hook: Optional[tuple[Any, Callable[..., Any]]] = None
 
 
-def _dispatch(slot, bucket):  # type: ignore[no-untyped-def]
-    # Unannotated on purpose: see host_staged.allreduce_hook.
+def _dispatch(slot: _HookSlot, bucket: Any) -> Any:
     if slot.program_hook is not None:
         state, hook = slot.program_hook
         return hook(state, bucket)
     from dmlpatch.patches.torch import host_staged
 
     return host_staged.allreduce_hook(slot.group, bucket)
+
+
+_dispatch.__annotations__ = {}  # as host_staged.allreduce_hook's, for DDP's annotation check
 
 
 def _single_directml_device(module: Any) -> Any:

@@ -46,6 +46,7 @@ def _refuse_lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
     raise socket.gaierror(f"network blocked by the dmlpatch YOLO tests: {host!r}")
 
 
-socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
-socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+socket_class: Any = socket.socket  # methods replaced, as no type checker expects
+socket_class.connect = _guarded_connect
+socket_class.connect_ex = _guarded_connect_ex
 socket.getaddrinfo = _refuse_lookup
