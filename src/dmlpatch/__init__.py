@@ -11,7 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Optional
 
-__all__ = ["__version__", "activate", "describe", "device", "unpatch"]
+__all__ = ["__version__", "describe", "device", "patch", "unpatch"]
 
 
 def device() -> Any:
@@ -28,15 +28,19 @@ def describe() -> dict[str, Any]:
     return resolution.current().as_dict()
 
 
-def activate(device: Optional[str] = None) -> None:
-    """Install the patches for this process (what ``import dmlpatch.auto`` does)."""
+def patch(device: Optional[str] = None) -> bool:
+    """Patch this process (what ``import dmlpatch.auto`` does); False when ``DMLPATCH_DISABLE=1``.
+
+    Not to be confused with ``dmlpatch activate``, which makes every process of the environment
+    start patched.
+    """
     from dmlpatch.patching import engine
 
-    engine.activate(device)
+    return engine.install(device)
 
 
 def unpatch() -> None:
-    """Remove every function-level fix and the import hook."""
+    """Remove every function-level fix and the import hook (the opposite of :func:`patch`)."""
     from dmlpatch.patching import engine
 
-    engine.deactivate()
+    engine.uninstall()

@@ -314,7 +314,7 @@ ready = sys.argv[1]
 open(os.path.join(ready, str(os.getpid())), "w").close()
 while not os.path.exists(os.path.join(ready, "go")):
     time.sleep(0.005)
-engine.activate("cpu")
+engine.install("cpu")
 finder = sys.meta_path[0]
 origins = {}
 for name in sorted(hook.targets()):

@@ -202,7 +202,7 @@ def _imports(modules: list[str], patched: bool = False) -> list[Optional[str]]:
     env = {k: v for k, v in os.environ.items() if k != resolution.ENV_VAR}
     env[engine.DISABLE_VAR] = "0" if patched else "1"
     prefix = (
-        "import dmlpatch.patching.engine; dmlpatch.patching.engine.activate('cpu'); "
+        "import dmlpatch.patching.engine; dmlpatch.patching.engine.install('cpu'); "
         if patched
         else ""
     )

@@ -49,7 +49,7 @@ def known_unneeded() -> bool:
     return resolved is not None and not resolved.patches_needed
 
 
-def activate(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
+def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     """Install every spec that matches an installed library, and discovery in ``scope``
     (default ``$DMLPATCH_SCOPE``, else ``all``); False when switched off.
 
@@ -80,7 +80,7 @@ def activate(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     return True
 
 
-def deactivate() -> None:
+def uninstall() -> None:
     """Remove the import hook and restore every wrapped function."""
     global _active
     hook.discover(None, known_unneeded)

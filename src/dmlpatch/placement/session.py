@@ -34,7 +34,7 @@ def by_operators() -> None:
 
 
 def arm() -> None:
-    """Start counting when the program imports torch (``engine.activate`` calls this)."""
+    """Start counting when the program imports torch (``engine.install`` calls this)."""
     global _armed
     if _armed or os.environ.get(ACCOUNTING_VAR) == "0":
         return

@@ -37,7 +37,7 @@ def startup(device: Optional[str] = None, main: bool = True) -> None:
         return
     _started = True
     try:
-        engine.activate(os.environ.get(resolution.ENV_VAR) or device)
+        engine.install(os.environ.get(resolution.ENV_VAR) or device)
     except DmlpatchError as error:
         log.say(f"warning: patches not active in this process: {error}")
         return

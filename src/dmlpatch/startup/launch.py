@@ -120,7 +120,7 @@ def prepare(options: Options) -> bool:
     resolution.configure(spec)
     resolution.precheck()
     propagate_to_children(spec)
-    engine.activate(spec, scope)  # a malformed patch spec stops here, before anything is said
+    engine.install(spec, scope)  # a malformed patch spec stops here, before anything is said
     resolution.when_resolved(_resolved)
     hook.when_imported("torch", _resolve_at_torch_import)
     return True
@@ -144,7 +144,7 @@ def _resolved(chosen: Resolution) -> None:
     from dmlpatch.patching import engine
 
     if not chosen.patches_needed:
-        engine.deactivate()  # modules rewritten so far pass each call through to CUDA
+        engine.uninstall()  # modules rewritten so far pass each call through to CUDA
     if "LOCAL_RANK" not in os.environ:  # a torchrun worker's line is said by rank 0's start-up
         announce.resolved(chosen)
 

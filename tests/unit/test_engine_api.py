@@ -1,0 +1,34 @@
+"""The public process API: dmlpatch.patch() and its opposite, dmlpatch.unpatch().
+
+Each case runs in a fresh interpreter: patching changes process-wide state (the import hook,
+the configured device, the scope in the environment)."""
+
+from __future__ import annotations
+
+import json
+
+from support import clean_env, run_python
+
+PROGRAM = """
+import json
+import dmlpatch
+from dmlpatch.patching import engine
+from dmlpatch.rewriting import hook
+
+patched = dmlpatch.patch("cpu")
+during = [engine.is_active(), hook.is_installed()]
+dmlpatch.unpatch()
+print(json.dumps([patched, during, [engine.is_active(), hook.is_installed()]]))
+"""
+
+
+def test_patch_installs_the_hook_and_unpatch_removes_it() -> None:
+    result = run_python(["-c", PROGRAM])
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == [True, [True, True], [False, False]]
+
+
+def test_patch_is_refused_when_disabled() -> None:
+    result = run_python(["-c", PROGRAM], env=clean_env(DMLPATCH_DISABLE="1"))
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == [False, [False, False], [False, False]]
