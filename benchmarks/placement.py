@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     options = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
 
     resolution.configure("sim")
     device = resolution.current().torch_device()

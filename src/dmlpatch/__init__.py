@@ -16,14 +16,14 @@ __all__ = ["__version__", "describe", "device", "patch", "unpatch"]
 
 def device() -> Any:
     """The ``torch.device`` this process targets (resolving it on first call)."""
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
 
     return resolution.current().torch_device()
 
 
 def describe() -> dict[str, Any]:
     """Backend, device, adapter name(s) and why they were chosen."""
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
 
     return resolution.current().as_dict()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dmlpatch import report
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.rewriting import hook
 from dmlpatch.rewriting.hook import ModuleTarget
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.errors import DeviceUnavailable, UsageError
 
 from support import clean_env, run_python
@@ -264,7 +264,7 @@ def test_op_fixes_are_installed_where_the_process_commits_to_the_device() -> Non
     program = (
         "import json\n"
         "from dmlpatch import opfix\n"
-        "from dmlpatch.device import resolution\n"
+        "from dmlpatch.devices import resolution\n"
         "answer = resolution.resolve('sim')\n"
         "before = opfix.installed()\n"
         "resolution.configure('sim')\n"

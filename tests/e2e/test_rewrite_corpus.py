@@ -37,7 +37,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corpus._harness import accelerator
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.rewriting.runtime import ALIAS
 from dmlpatch.rewriting.sites import Rewritten, rewrite
 

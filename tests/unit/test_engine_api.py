@@ -17,6 +17,10 @@ from dmlpatch.rewriting import hook
 
 patched = dmlpatch.patch("cpu")
 during = [engine.is_active(), hook.is_installed()]
+# The public functions outlive the import of every subpackage (a subpackage named like one
+# would replace it as an attribute of the package).
+import dmlpatch.devices.resolution, dmlpatch.patches, dmlpatch.patching.plan  # noqa: E401,F401
+assert str(dmlpatch.device()) == "cpu" and dmlpatch.describe()["backend"] == "cpu"
 dmlpatch.unpatch()
 print(json.dumps([patched, during, [engine.is_active(), hook.is_installed()]]))
 """

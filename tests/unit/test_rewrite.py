@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from corpus._harness import accelerator, child_env, cpu, idiom_files, marked_sites, sandbox
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.rewriting import runtime
 from dmlpatch.rewriting.sites import Site, find_sites, rewrite
 

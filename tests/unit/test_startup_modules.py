@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dmlpatch._tuple import NamedTuple
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.errors import UsageError
 
 

@@ -134,10 +134,10 @@ def main(arguments: list[str]) -> int:
 
         report.check_destination(chosen.json)
     if chosen.profile is not None:
-        from dmlpatch.gaps import profiles as profile_table
+        from dmlpatch.gaps import profiles
 
-        profile_table.resolve(chosen.profile)  # one-line error for an unknown name
-        os.environ[profile_table.PROFILE_ENV] = chosen.profile
+        profiles.resolve(chosen.profile)  # one-line error for an unknown name
+        os.environ[profiles.PROFILE_ENV] = chosen.profile
     os.environ["DMLPATCH_TRACE"] = "1"  # first-call stacks from the simulated device
     from dmlpatch.patching import engine
 
@@ -150,7 +150,7 @@ def main(arguments: list[str]) -> int:
 
 
 def _check(options: Any, chosen: _Options) -> int:
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
     from dmlpatch.startup import runner
 
     selected = resolution.current()

@@ -161,7 +161,7 @@ def _takes_only(command: str, accepted: str) -> Callable[[str], str]:
 
 
 def _activate(arguments: list[str]) -> int:
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
     from dmlpatch.startup import activation
 
     parser = _parser(
@@ -232,7 +232,7 @@ def _deactivate(arguments: list[str]) -> int:
 
 
 def _status(arguments: list[str]) -> int:
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
     from dmlpatch.pinning import pin as pinning
     from dmlpatch.startup import activation
 

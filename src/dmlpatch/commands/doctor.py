@@ -97,7 +97,7 @@ def _versions() -> list[Check]:
 
 
 def _directml() -> Check:
-    from dmlpatch.device import directml
+    from dmlpatch.devices import directml
 
     found = directml.probe()
     if not found.available:
@@ -140,7 +140,7 @@ def _memory(module: Any, index: int) -> Any:
 
 
 def _cuda() -> Check:
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
 
     try:
         usable, reason = resolution.cuda_status()
@@ -196,7 +196,7 @@ def _top_level(spec: Any) -> str:
 
 def _imports(modules: list[str], patched: bool = False) -> list[Optional[str]]:
     """For each module, None when it imports in a fresh process, else its last error line."""
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
     from dmlpatch.patching import engine
 
     env = {k: v for k, v in os.environ.items() if k != resolution.ENV_VAR}

@@ -83,14 +83,13 @@ def gaps(profile: str) -> tuple[frozenset[str], frozenset[str]]:
     """``(refused, native)`` for a profile: operators with refusal rules, and the overloads
     DirectML runs natively (names without ``aten::``); everything else falls back to the CPU.
     """
-    from dmlpatch.gaps import profiles as profile_table
-    from dmlpatch.gaps import registered_ops as opindex
+    from dmlpatch.gaps import profiles, registered_ops
 
-    chosen = profile_table.resolve(profile)
-    refused = profile_table.refused_ops(profile)
+    chosen = profiles.resolve(profile)
+    refused = profiles.refused_ops(profile)
     if not chosen.has_gaps:
         return refused, frozenset({"*"})
-    return refused, frozenset(opindex.native_set(opindex.listed_ops(), None))
+    return refused, frozenset(registered_ops.native_set(registered_ops.listed_ops(), None))
 
 
 def kernels() -> list[Kernel]:

@@ -51,16 +51,13 @@ class Observer(TorchDispatchMode):
 
     def __init__(self, profile: str) -> None:
         super().__init__()
-        from dmlpatch.gaps import profiles as profile_table
-        from dmlpatch.gaps import registered_ops as opindex
+        from dmlpatch.gaps import profiles, registered_ops
 
         _, native = opfix.gaps(profile)
         self._native = native
-        index = opindex.load_index(None)
+        index = registered_ops.load_index(None)
         self._delegates = dict(index.delegates) if index is not None else {}
-        self._refusals = {
-            rule.message.split("{n}")[0] for rule in profile_table.resolve(profile).rules
-        }
+        self._refusals = {rule.message.split("{n}")[0] for rule in profiles.resolve(profile).rules}
         self._refusals.add("DirectML kernel is not implemented!")
         installed = opfix.installed()
         self._self_reporting = set(installed.fixes + installed.cpu_ops) if installed else set()

@@ -6,7 +6,7 @@ import os
 import sys
 
 from dmlpatch import log, report
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.patching import aliases, plan, wrapping
 from dmlpatch.placement import session
 from dmlpatch.rewriting import discovery, hook

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any, Optional
 
-    from dmlpatch.device.resolution import Resolution
+    from dmlpatch.devices.resolution import Resolution
 
 ACCOUNTING_VAR = "DMLPATCH_ACCOUNTING"
 QUIET_VAR = "DMLPATCH_QUIET"
@@ -51,7 +51,7 @@ def _counts_for(chosen: Resolution) -> bool:
 def _start(torch: ModuleType) -> None:
     if _by_operators:
         return
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
 
     chosen = resolution.resolved_or_none()
     if chosen is not None and not _counts_for(chosen):
@@ -80,7 +80,7 @@ def selected() -> Optional[Resolution]:
     exit is refused once the interpreter has begun shutting down)."""
     import sys
 
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
     from dmlpatch.errors import DmlpatchError
 
     chosen = resolution.resolved_or_none()

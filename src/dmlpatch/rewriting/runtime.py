@@ -7,7 +7,7 @@ of the functions below, through one module-level alias, so rewritten code stays 
     # becomes
     torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
 
-Every answer comes from the process's device resolution (``dmlpatch.device.resolution.current``).
+Every answer comes from the process's device resolution (``dmlpatch.devices.resolution.current``).
 Where that is a usable CUDA GPU, each function is the CUDA call it replaced: modules may be
 rewritten before the device is known (resolving it imports torch), and must then behave as written.
 Nothing here is imported by ``import dmlpatch``; torch is touched only when rewritten code runs.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Union
 
-from dmlpatch.device import announce as _announce
-from dmlpatch.device import resolution as _resolution
+from dmlpatch.devices import announce as _announce
+from dmlpatch.devices import resolution as _resolution
 
 #: The name under which rewritten modules see this module.
 ALIAS = "__dmlpatch__"

@@ -89,7 +89,7 @@ def load(profile: str | None = None) -> None:
 def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fault: str) -> None:
     import torch
 
-    from dmlpatch.gaps import registered_ops as opindex
+    from dmlpatch.gaps import registered_ops
     from dmlpatch.sim import build, counting, device_module, rnn
 
     path = build.ensure_built()
@@ -100,17 +100,17 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
     ops = torch.ops.dmlpatch_sim
     ops.configure(devices, float64, trace, fault)
 
-    index = opindex.load_index(path.parent)
-    native = opindex.native_set(opindex.listed_ops(), index)
+    index = registered_ops.load_index(path.parent)
+    native = registered_ops.native_set(registered_ops.listed_ops(), index)
     default_class = 1 if chosen.has_gaps else 0
     ops.set_classes(
         default_class,
         "\n".join("aten::" + n for n in sorted(native)),
-        "\n".join(opindex.HOST_TENSORS_OK),
+        "\n".join(registered_ops.HOST_TENSORS_OK),
     )
     for rule in chosen.rules:
         ops.add_rule(rule.op, rule.predicate, ",".join(rule.args), rule.limit, rule.message)
-    direct = opindex.direct_registrations(index, {r.op for r in chosen.rules}, native)
+    direct = registered_ops.direct_registrations(index, {r.op for r in chosen.rules}, native)
     failed = ops.register_direct("".join(f"{k}\t{v}\n" for k, v in sorted(direct.items())))
     if failed and os.environ.get("DMLPATCH_DEBUG") == "1":
         print(f"dmlpatch: sim kernels not registered: {failed.split()}", file=sys.stderr)

@@ -15,7 +15,7 @@ import sysconfig
 from pathlib import Path
 from typing import Optional
 
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.errors import DmlpatchError
 
 PTH_NAME = "dmlpatch-activate.pth"

@@ -11,7 +11,7 @@ import atexit
 import os
 
 from dmlpatch import log, report
-from dmlpatch.device import announce, resolution
+from dmlpatch.devices import announce, resolution
 from dmlpatch.errors import DmlpatchError
 from dmlpatch.patching import engine
 from dmlpatch.rewriting import main_script, spawn_main

@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
 
-    from dmlpatch.device.resolution import Resolution
+    from dmlpatch.devices.resolution import Resolution
 
 CHILD_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child")
 
@@ -87,7 +87,7 @@ def parse_options(argv: list[str], allow_module: bool = True) -> Options:
             break
     options.rest = argv[index:]
     if options.device is not None:
-        from dmlpatch.device import resolution
+        from dmlpatch.devices import resolution
 
         resolution.parse(options.device)  # named before the script: it was given first
     return options
@@ -105,7 +105,7 @@ def prepare(options: Options) -> bool:
 
     Returns whether patches are active.
     """
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
     from dmlpatch.patching import engine
     from dmlpatch.rewriting import discovery, hook
 
@@ -128,7 +128,7 @@ def prepare(options: Options) -> bool:
 
 def _resolve_at_torch_import(torch: object) -> None:
     """The program imported torch: resolve now, or stop with the error's one line and code."""
-    from dmlpatch.device import resolution
+    from dmlpatch.devices import resolution
 
     if resolution.resolving():
         return  # that resolution imported torch; it finishes (or fails) on its own
@@ -140,7 +140,7 @@ def _resolve_at_torch_import(torch: object) -> None:
 
 
 def _resolved(chosen: Resolution) -> None:
-    from dmlpatch.device import announce
+    from dmlpatch.devices import announce
     from dmlpatch.patching import engine
 
     if not chosen.patches_needed:
@@ -151,7 +151,7 @@ def _resolved(chosen: Resolution) -> None:
 
 def propagate_to_children(spec: str) -> None:
     """Children (subprocess, spawn workers, DDP ranks) start patched through sitecustomize."""
-    from dmlpatch.device import announce, resolution
+    from dmlpatch.devices import announce, resolution
 
     os.environ[resolution.ENV_VAR] = spec
     os.environ[announce.RANK_ZERO_VAR] = "1"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tests.e2e.sim.helpers import run_json, run_python
 
-from dmlpatch.gaps import registered_ops as opindex
+from dmlpatch.gaps import registered_ops
 from dmlpatch.gaps.profiles import PROFILES, RULES_0_2_5
 
 PROBE = """
@@ -186,10 +186,10 @@ def test_every_rule_has_a_source_and_is_exercised() -> None:
 
 
 def test_merged_names_are_native() -> None:
-    index = opindex.load_index(None)
-    native = opindex.native_set(opindex.listed_ops(), index)
+    index = registered_ops.load_index(None)
+    native = registered_ops.native_set(registered_ops.listed_ops(), index)
     for name in (
-        *opindex.EXPECTED_MERGED,
+        *registered_ops.EXPECTED_MERGED,
         "add.Tensor",
         "mul_.Tensor",
         "_softmax",

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from dmlpatch import log
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.rewriting import runtime
 
 #: Backends whose float16 kernels are native. The CPU's are missing (older torch) or about

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.patching.arguments import bound_arguments
 from dmlpatch.rewriting import runtime
 

@@ -19,7 +19,7 @@ import os
 from typing import Any, Callable, Optional
 
 from dmlpatch import log
-from dmlpatch.device import resolution
+from dmlpatch.devices import resolution
 from dmlpatch.patching.arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from dmlpatch.device import announce, resolution
+from dmlpatch.devices import announce, resolution
 from dmlpatch.patching.arguments import bound_arguments
 from dmlpatch.rewriting import runtime
 
@@ -155,7 +155,7 @@ def _adapter_names(text: str, kind: str, target: resolution.Resolution) -> list[
             "use 'device=dml'",
         )
     if target.backend == "directml":
-        from dmlpatch.device import directml
+        from dmlpatch.devices import directml
 
         return list(directml.probe().names)
     _invalid(

@@ -202,7 +202,7 @@ def precheck() -> Optional[Resolution]:
     if spec.kind == "cpu":
         return current()  # resolving "cpu" imports nothing
     if spec.kind == "dml":
-        from dmlpatch.device import directml
+        from dmlpatch.devices import directml
 
         reason = directml.precheck()
         if reason is not None:
@@ -231,7 +231,7 @@ def _resolve_auto(spec: Spec) -> Resolution:
     if usable:
         return _resolve_cuda(Spec("cuda", "cuda"), why=f"auto: {why}; the program runs as written")
     reasons.append(why)
-    from dmlpatch.device import directml
+    from dmlpatch.devices import directml
 
     found = directml.probe()
     if found.available:
@@ -252,7 +252,7 @@ def _resolve_auto(spec: Spec) -> Resolution:
 
 
 def _resolve_dml(spec: Spec) -> Resolution:
-    from dmlpatch.device import directml
+    from dmlpatch.devices import directml
 
     found = directml.probe()
     if not found.available:

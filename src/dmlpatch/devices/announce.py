@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
 
-    from dmlpatch.device.resolution import Resolution
+    from dmlpatch.devices.resolution import Resolution
 
 #: Set by the runner for its children: torchrun's rank-0 worker speaks for the job (the
 #: launcher itself never touches a device).
