@@ -52,6 +52,40 @@ def test_named_tuple_matches_typing() -> None:
         make()
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda T: T("a", 5),
+        lambda T: T(name="a"),
+        lambda T: T("a", size=2),
+        lambda T: T(size=2, name="b"),
+        lambda T: T("a", 1, 2),
+        lambda T: T("a", name="b"),
+        lambda T: T("a", colour=1),
+        lambda T: T(),
+        lambda T: T._make(["a", 4]),
+        lambda T: T._make(["a"]),
+        lambda T: T("a")._replace(size=9),
+        lambda T: T("a")._replace(colour=9),
+        lambda T: T("a", 2)._asdict(),
+        lambda T: (T.__match_args__, T.name.__doc__, T("a").name, T("a")[1]),
+        lambda T: (T("a", 2) == ("a", 2), hash(T("a", 2)) == hash(("a", 2))),
+        lambda T: pickle.loads(pickle.dumps(T("a", 7))) == T("a", 7),
+        lambda T: setattr(T("a"), "size", 1),
+    ],
+)
+def test_named_tuple_behaves_as_typing_builds_it(call: Any) -> None:
+    """Same result, or the same kind of error, for each way code uses a named tuple."""
+
+    def outcome(kind: type) -> object:
+        try:
+            return ("value", call(kind))
+        except Exception as error:
+            return ("error", type(error))
+
+    assert outcome(Light) == outcome(Heavy)
+
+
 def test_named_tuple_refuses_what_typing_refuses() -> None:
     namespace = {"__annotations__": {"first": int, "second": int}, "first": 1}
     with pytest.raises(TypeError):  # `second` without a default follows `first` with one
