@@ -7,12 +7,12 @@ import sys
 
 from dmlpatch import log, report
 from dmlpatch.devices import resolution
-from dmlpatch.patching import aliases, plan, wrapping
-from dmlpatch.placement import session
+from dmlpatch.patching import plan, wrapping
 from dmlpatch.rewriting import discovery, hook
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Optional
 
 DISABLE_VAR = "DMLPATCH_DISABLE"
@@ -68,14 +68,17 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
         report.record_skip(warning.spec, None, warning.reason)
     hook.install(map(hook.ModuleTarget._make, chosen["targets"]))
     wrapping.apply(list(map(wrapping.Fix._make, chosen["wraps"])), gate=patches_needed)
-    for alias in map(plan.Alias._make, chosen["aliases"]):
-        aliases.install(alias.module, alias.target, alias.spec)
+    if chosen["aliases"]:  # imported only where a spec has one: most start-ups do not
+        from dmlpatch.patching import aliases
+
+        for alias in map(plan.Alias._make, chosen["aliases"]):
+            aliases.install(alias.module, alias.target, alias.spec)
     hook.set_gate(rewrite_gate)
     scope = discovery.parse_scope(scope) if scope else discovery.configured_scope()
     os.environ[discovery.SCOPE_VAR] = scope  # children, and the report, see the same scope
     leaves = list(map(discovery.Leave._make, chosen["leaves"]))
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
-    session.arm()
+    hook.when_imported("torch", _start_placement)
     _active = True
     return True
 
@@ -86,9 +89,18 @@ def uninstall() -> None:
     hook.discover(None, known_unneeded)
     hook.uninstall()
     wrapping.unwrap_all()
-    aliases.uninstall()
+    aliases = sys.modules.get("dmlpatch.patching.aliases")
+    if aliases is not None:
+        aliases.uninstall()
     _active = False
 
 
 def is_active() -> bool:
     return _active
+
+
+def _start_placement(torch: ModuleType) -> None:
+    """Compute-placement accounting, imported with torch: a start-up does not pay for it."""
+    from dmlpatch.placement import session
+
+    session.start(torch)

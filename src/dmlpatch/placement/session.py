@@ -1,11 +1,11 @@
 """Turning compute-placement accounting on for a process, and its warning at exit.
 
 On by default wherever dmlpatch may send a program to an accelerator (runner,
-``dmlpatch.auto``, activation): the layer hooks go in when the program imports torch and come
-out if the device resolves to the CPU or to a usable CUDA GPU. ``DMLPATCH_ACCOUNTING=0``
+``dmlpatch.auto``, activation): the patching engine imports this module when the program imports
+torch (start-up does not pay for it) and :func:`start` puts the layer hooks in; they come out if
+the device resolves to the CPU or to a usable CUDA GPU. ``DMLPATCH_ACCOUNTING=0``
 turns it off; ``DMLPATCH_QUIET=1`` keeps the exit warning to itself. ``dmlpatch check`` counts
-operators instead (:mod:`.operators`) and says its own verdict. Importing this module imports
-nothing else: it runs at every start-up.
+operators instead (:mod:`.operators`) and says its own verdict.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ ACCOUNTING_VAR = "DMLPATCH_ACCOUNTING"
 QUIET_VAR = "DMLPATCH_QUIET"
 
 _by_operators = False
-_armed = False
+_started = False
 _section: Optional[dict[str, Any]] = None
 
 
@@ -33,24 +33,16 @@ def by_operators() -> None:
     _by_operators = True
 
 
-def arm() -> None:
-    """Start counting when the program imports torch (``engine.install`` calls this)."""
-    global _armed
-    if _armed or os.environ.get(ACCOUNTING_VAR) == "0":
-        return
-    _armed = True
-    from dmlpatch.rewriting import hook
-
-    hook.when_imported("torch", _start)
-
-
 def _counts_for(chosen: Resolution) -> bool:
     return chosen.is_accelerator and chosen.patches_needed
 
 
-def _start(torch: ModuleType) -> None:
-    if _by_operators:
+def start(torch: ModuleType) -> None:
+    """The program imported torch: count its layer calls, unless turned off (once per process)."""
+    global _started
+    if _started or _by_operators or os.environ.get(ACCOUNTING_VAR) == "0":
         return
+    _started = True
     from dmlpatch.devices import resolution
 
     chosen = resolution.resolved_or_none()
