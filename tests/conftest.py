@@ -9,6 +9,29 @@ from typing import Callable
 
 import pytest
 
+#: Suites that use the simulated device inside the pytest process (others start programs).
+IN_PROCESS_DEVICE = ("tests/e2e/sim/", "tests/e2e/opfix/")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Load the simulated device before any test runs when an in-process suite is collected.
+
+    PyTorch's autograd engine sizes its per-device queues once, at the process's first backward
+    pass; a device registered after that fails every later backward on it with
+    ``device_ready_queues_``'s INTERNAL ASSERT. Unit tests run programs with a backward pass on
+    the CPU in this process (the idiom corpus), so the device must exist before them, whatever
+    the order.
+    """
+    if not any(any(part in item.nodeid for part in IN_PROCESS_DEVICE) for item in session.items):
+        return
+    import os
+
+    import dmlpatch.sim as sim
+
+    for key in [k for k in os.environ if k.startswith("DMLPATCH_SIM_")]:
+        del os.environ[key]
+    sim.load("torch-directml-0.2.5")
+
 
 @pytest.fixture
 def write(tmp_path: Path) -> Callable[[str, str], Path]:

@@ -28,6 +28,7 @@ from dmlpatch import paths
 from dmlpatch.patches.ultralytics.fixes import greedy_nms
 
 from support import (
+    REPO,
     Result,
     distribution_digests,
     file_stamps,
@@ -42,7 +43,7 @@ ULTRALYTICS = Path(__import__("ultralytics").__file__).parent
 OLD_ULTRALYTICS = Path(
     os.environ.get(
         "DMLPATCH_ULTRALYTICS_8_1",
-        str(HERE.parent.parent / ".cache" / "ultralytics-8.1.47"),
+        str(REPO / ".cache" / "ultralytics-8.1.47"),
     )
 )
 OLD_INSTALL = "bash scripts/setup.sh (it installs ultralytics 8.1.47 into .cache/)"
@@ -79,6 +80,8 @@ class Workspace:
     def env(self, old: bool = False, **extra: str) -> dict[str, str]:
         paths = [OLD_ULTRALYTICS] if old else []
         if old:
+            # Missing, the venv's ultralytics would answer instead: a test of 8.1 that is not.
+            assert (OLD_ULTRALYTICS / "ultralytics").is_dir(), f"install it first: {OLD_INSTALL}"
             # torch >= 2.6 loads checkpoints weights-only by default; 8.1 predates that and
             # reloads its own best.pt without weights_only=False (not a DirectML matter).
             extra.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
