@@ -108,6 +108,8 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
         "\n".join("aten::" + n for n in sorted(native)),
         "\n".join(registered_ops.HOST_TENSORS_OK),
     )
+    if chosen.refuses_inference_mode:
+        ops.refuse_inference_mode(profiles.INFERENCE_MODE_TEXT)
     for rule in chosen.rules:
         ops.add_rule(rule.op, rule.predicate, ",".join(rule.args), rule.limit, rule.message)
     direct = registered_ops.direct_registrations(index, {r.op for r in chosen.rules}, native)

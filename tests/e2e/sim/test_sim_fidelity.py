@@ -47,6 +47,27 @@ cases = {
     "float64_to": lambda: torch.ones(2).double().to(d),
     "lstm": lambda: torch.nn.LSTM(2, 2).to(d)(torch.randn(1, 1, 2).to(d)),
 }
+# microsoft/DirectML#602, verbatim: a model moved before inference_mode, called inside it.
+linear = torch.nn.Linear(3, 128).eval().to(d)
+conv = torch.nn.Conv2d(1, 2, 3).eval().to(d)
+def in_inference_mode(fn):
+    def run():
+        with torch.inference_mode():
+            return fn()
+    return run
+def made_inside():
+    with torch.inference_mode():
+        return torch.nn.Linear(3, 2).to(d)(torch.zeros(4, 3).to(d))
+def no_grad_linear():
+    with torch.no_grad():
+        return linear(torch.zeros(4, 3).to(d))
+cases.update({
+    "inference_linear": in_inference_mode(lambda: linear(torch.zeros(4, 3).to(d))),
+    "inference_conv2d": in_inference_mode(lambda: conv(img)),
+    "inference_made_inside": made_inside,
+    "inference_input_only": in_inference_mode(lambda: torch.zeros(4, 3).to(d) * 2),
+    "no_grad_linear": no_grad_linear,
+})
 out = {}
 for name, fn in cases.items():
     try:
@@ -79,6 +100,7 @@ PARTIAL = (
     "so that the indices and input only differ in the provided dimension."
 )
 NORMAL = "Could not run 'aten::normal_' with arguments from the 'DML' backend."
+INFERENCE = "Cannot set version_counter for inference tensor"
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +152,17 @@ def test_refusals_in_0_2_5(outcomes: dict[str, Any]) -> None:
     assert o["lstm"][0] == "NotImplementedError"
     assert "'aten::_thnn_fused_lstm_cell' with arguments from the 'CPU' backend" in o["lstm"][1]
     assert o["counters"]["refused"]["aten::_unique2"] == 3
+
+
+def test_inference_mode_refuses_tensors_made_outside_it(outcomes: dict[str, Any]) -> None:
+    for profile in ("torch-directml-0.2.5", "pytorch-directml-1.8"):
+        o = outcomes[profile]
+        assert o["inference_linear"] == ["RuntimeError", INFERENCE], profile
+        assert o["inference_conv2d"] == ["RuntimeError", INFERENCE], profile
+        for fine in ("inference_made_inside", "inference_input_only", "no_grad_linear"):
+            assert o[fine] == ["ok", ""], (profile, fine)
+    refused = outcomes["torch-directml-0.2.5"]["counters"]["refused"]
+    assert refused["aten::convolution_overrideable"] == 1
 
 
 def test_fallback_warning_once_per_op(outcomes: dict[str, Any]) -> None:

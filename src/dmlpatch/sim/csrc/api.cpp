@@ -86,6 +86,10 @@ void record_call(const std::string& category, const std::string& name, int64_t c
   if (config().trace && !rec->traced.exchange(true)) notify_python(rec, false, category.c_str());
 }
 
+void refuse_inference_mode(const std::string& message) {
+  config().inference_mode_refusal = message;
+}
+
 int64_t set_classes_op(int64_t default_class, const std::string& native,
                        const std::string& host_ok) {
   set_classes(default_class, native, host_ok);
@@ -125,6 +129,7 @@ TORCH_LIBRARY(dmlpatch_sim, m) {
   m.def("set_classes(int default_class, str native, str host_ok) -> int", &set_classes_op);
   m.def("add_rule(str op, str predicate, str args, int limit, str message) -> ()", &add_rule);
   m.def("register_direct(str names) -> str", &register_direct);
+  m.def("refuse_inference_mode(str message) -> ()", &refuse_inference_mode);
   m.def("counters() -> str", &counters_text);
   m.def("record_call(str category, str name, int copies, int bytes) -> ()", &record_call);
   m.def("reset_counters() -> ()", &reset_counters);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <c10/core/InferenceMode.h>
 #include <c10/util/SmallVector.h>
 
 namespace dmlsim {
@@ -127,6 +128,28 @@ const std::string* broken_rule(const OpEntry* rec, const torch::jit::Stack& stac
     }
   }
   return nullptr;
+}
+
+// ---- inference mode ----
+
+bool made_outside_inference_mode(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kSim && !t.is_inference();
+}
+
+bool holds_normal_device_tensor(const c10::IValue& v) {
+  if (v.isTensor()) return made_outside_inference_mode(v.toTensor());
+  if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) {
+      if (made_outside_inference_mode(t)) return true;
+    }
+    return false;
+  }
+  if (v.isList()) {
+    for (const c10::IValue& e : v.toList()) {
+      if (e.isTensor() && made_outside_inference_mode(e.toTensor())) return true;
+    }
+  }
+  return false;
 }
 
 // ---- argument and result conversion ----
@@ -317,6 +340,18 @@ OpEntry* op_entry(const c10::OperatorHandle& op) {
   return entry;
 }
 
+void check_inference_mode(OpRecord* rec, c10::ArrayRef<c10::IValue> args) {
+  const std::string& message = config().inference_mode_refusal;
+  if (message.empty() || !c10::InferenceMode::is_enabled()) return;
+  for (const c10::IValue& v : args) {
+    if (holds_normal_device_tensor(v)) {
+      rec->refused.fetch_add(1, std::memory_order_relaxed);
+      if (config().trace && !rec->traced.exchange(true)) notify_python(rec, false, "refused");
+      TORCH_CHECK(false, message);
+    }
+  }
+}
+
 std::vector<OpRecord*> all_records() {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mu);
@@ -376,6 +411,7 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   const size_t nargs = op.schema().arguments().size();
   const size_t base = stack->size() - nargs;
 
+  check_inference_mode(rec, c10::ArrayRef<c10::IValue>(stack->data() + base, nargs));
   if (!entry->rules.empty()) {
     std::string scratch;
     if (const std::string* message = broken_rule(entry, *stack, base, scratch)) {

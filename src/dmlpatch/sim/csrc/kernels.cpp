@@ -193,7 +193,10 @@ at::Tensor sim_convolution(const at::Tensor& input, const at::Tensor& weight,
                            const c10::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                            c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                            c10::IntArrayRef output_padding, int64_t groups) {
-  SIM_COUNT("aten::convolution_overrideable");
+  static OpRecord* const rec = op_record("aten::convolution_overrideable");
+  const c10::IValue args[] = {input, weight, bias ? c10::IValue(*bias) : c10::IValue()};
+  check_inference_mode(rec, args);
+  count_call(rec);
   TORCH_CHECK(input.device() == weight.device() &&
                   (!bias || !bias->defined() || bias->device() == input.device()),
               "Expected all tensors to be on the same device, but found at least two devices, ",

@@ -35,6 +35,10 @@ struct Config {
   bool float64 = true;         // has_float64_support()
   bool trace = false;          // DMLPATCH_TRACE=1: report the first call of gapped ops
   bool drop_scalar_writes = false;  // fault injection, see profiles.py
+  // Non-empty: the text a kernel raises when, inside inference mode, it is given a device
+  // tensor made outside it (DirectML's kernels copy that tensor's version counter onto what
+  // they make; see profiles.py).
+  std::string inference_mode_refusal;
 };
 Config& config();
 void check_dtype(c10::ScalarType dtype, c10::DeviceIndex index);
@@ -90,6 +94,9 @@ at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& cpu
 void sync_back(const at::Tensor& dev, const at::Tensor& cpu);
 
 // ---- the boxed CPU fallback (fallback.cpp) ----
+// Raises the inference-mode refusal (counted on `rec`) when the profile has it, inference
+// mode is on and one of `args` holds a device tensor made outside inference mode.
+void check_inference_mode(OpRecord* rec, c10::ArrayRef<c10::IValue> args);
 void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 // `names`: lines "overload<TAB>reported-as" (reported-as may be empty).
 std::string register_direct(const std::string& names);
