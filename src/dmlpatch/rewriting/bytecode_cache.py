@@ -31,7 +31,7 @@ from importlib.util import MAGIC_NUMBER, cache_from_source
 from typing import Optional
 
 from dmlpatch._version import __version__
-from dmlpatch.rewriting.sites import Site
+from dmlpatch.rewriting.sites import GENERATION, Site
 
 _FORMAT = b"dml1"
 _HEADER_SIZE = 24
@@ -47,7 +47,8 @@ def tag(fingerprint: str, expect_sites: int, runtime: str) -> str:
     The runtime's module name is part of the key because rewritten code imports it by name: a
     cache written before that module moved would fail to import it.
     """
-    key = f"{__version__}\0{fingerprint}\0{expect_sites}\0{runtime}\0{sys.flags.optimize}"
+    parts = (__version__, GENERATION, fingerprint, expect_sites, runtime, sys.flags.optimize)
+    key = "\0".join(str(part) for part in parts)
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
     return f"dmlpatch{re.sub(r'[^0-9A-Za-z]', '', __version__)}h{digest}"
 

@@ -13,9 +13,10 @@ module it sees, under a *scope* (``--scope`` / ``$DMLPATCH_SCOPE``):
 
 Cost. Whether a module is in scope is told from its name and path, without I/O. Whether it has
 sites is a :class:`Verdict` computed once per version of its source: a source without the
-bytes ``cuda`` is never parsed, and verdicts are kept in one index file per top-level package
-under ``<cache>/discovery``, each valid for one ``(mtime_ns, size)`` of its source. A warm
-process pays one ``stat`` per module in scope; new verdicts are written once, at exit.
+bytes ``cuda`` or ``inference_mode`` is never parsed, and verdicts are kept in one index file
+per top-level package under ``<cache>/discovery``, each valid for one ``(mtime_ns, size)`` of
+its source. A warm process pays one ``stat`` per module in scope; new verdicts are written
+once, at exit.
 
 First do no harm. A module whose sites would say "CUDA is available" but which also calls a
 ``torch.cuda`` function the runtime does not answer (``get_device_properties``, ``Stream``...) would
@@ -34,6 +35,7 @@ import sys
 
 from dmlpatch.paths import cache_directory, file_tag
 from dmlpatch.report import DISCOVERED
+from dmlpatch.rewriting.hook import may_have_sites
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,7 +62,8 @@ NEVER = frozenset(
     }
 )
 
-_FORMAT = 1
+#: Bumped when the rewriter finds sites it did not before (2: ``torch.inference_mode``).
+_FORMAT = 2
 #: Index files kept: one per top-level package and place, so a few hundred cover many
 #: environments; older ones (deleted trees, old environments) are pruned.
 _KEEP = 512
@@ -198,13 +201,13 @@ class Discovery:
 
 
 def _examine(origin: str) -> Optional[Verdict]:
-    """Read and, only when it says ``cuda``, parse a source: the verdict for its current text."""
+    """Read and, only when it may hold sites, parse a source: the verdict for its current text."""
     try:
         with open(origin, "rb") as stream:
             source = stream.read()
     except OSError:
         return None
-    if b"cuda" not in source:
+    if not may_have_sites(source):
         return Verdict(0, ())
     from dmlpatch.rewriting.sites import rewrite
 

@@ -137,9 +137,15 @@ def set_gate(gate: Optional[Callable[[], bool]]) -> None:
     _gate = gate
 
 
+def may_have_sites(source: bytes) -> bool:
+    """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.sites``), told without
+    parsing it: a source that says neither ``cuda`` nor ``inference_mode`` has none."""
+    return b"cuda" in source or b"inference_mode" in source
+
+
 def compile_main(source: bytes, filename: str) -> types.CodeType:
     """Rewrite and compile the program's ``__main__`` script (no stale check, no cache)."""
-    if b"cuda" not in source:  # nothing to rewrite, and the rewriter costs milliseconds to load
+    if not may_have_sites(source):  # the rewriter costs milliseconds to load
         return compile(source, filename, "exec", dont_inherit=True)
     from dmlpatch.rewriting.sites import rewrite
 

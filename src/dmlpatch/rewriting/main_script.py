@@ -27,6 +27,7 @@ import sys
 import types
 
 from dmlpatch import log
+from dmlpatch.rewriting.hook import may_have_sites
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def arm_for_activation() -> None:
         return  # -c, -m (imported, so discovery's), the REPL, or a script without .py
     path = os.path.abspath(argv[0])
     source = _read(path)
-    if source is None or b"cuda" not in source:
+    if source is None or not may_have_sites(source):
         return
     previous = sys.gettrace()
 
@@ -68,7 +69,7 @@ def take_over_from_auto() -> None:
         return  # imported by a module, not by the script itself
     path = os.path.abspath(path)
     source = _read(path)
-    if source is None or b"cuda" not in source:
+    if source is None or not may_have_sites(source):
         return
     from dmlpatch.rewriting.sites import rewrite
 

@@ -202,6 +202,13 @@ def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any
     return mover(device=target, non_blocking=non_blocking, **kwargs)
 
 
+def inference_mode(mode: Any = True) -> Any:
+    """``torch.inference_mode`` in a target: see :mod:`dmlpatch.rewriting.inference`."""
+    from dmlpatch.rewriting import inference
+
+    return inference.inference_mode(mode)
+
+
 _NOT_CUDA = object()
 
 

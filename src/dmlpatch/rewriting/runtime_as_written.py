@@ -54,6 +54,13 @@ def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any
     return obj.cuda(device, non_blocking=non_blocking, **kwargs)
 
 
+def inference_mode(mode: Any = True) -> Any:
+    """``torch.inference_mode`` in a target: see :mod:`dmlpatch.rewriting.inference`."""
+    from dmlpatch.rewriting import inference
+
+    return inference.inference_mode(mode)
+
+
 def __getattr__(name: str) -> Any:
     """Any other routed ``torch.cuda.<name>``: the real one."""
     import torch

@@ -21,6 +21,9 @@ Site kinds:
   operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
   ``torch.device(__dmlpatch__.device(i))``.
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
+- ``inference_mode``: ``torch.inference_mode`` → ``__dmlpatch__.inference_mode``, which is
+  torch's except on DirectML, whose kernels refuse parameters inside it
+  (``dmlpatch.rewriting.inference``). ``from torch import inference_mode`` is not followed.
 
 Other ``torch.cuda.<name>`` uses (``get_device_properties``, ``Stream``, ``FloatTensor``...) are
 not sites: they are listed as *unanswered* (``Rewritten.unanswered``), because once a module's
@@ -49,6 +52,9 @@ _CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
 #: Functions of ``torch`` whose first argument (or ``type=``) is a device.
 _TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
 _RUNTIME_MODULE = "dmlpatch.rewriting.runtime"
+#: Bumped when the same source is rewritten differently, so cached rewrites are not reused
+#: (2: ``torch.inference_mode`` sites).
+GENERATION = 2
 
 _Node = TypeVar("_Node", bound=ast.AST)
 
@@ -217,8 +223,17 @@ class _Transformer:
     # -- calls --------------------------------------------------------------------------------
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
-        """``torch.cuda.<name>`` that the runtime does not answer: noted, left as it is."""
+        """``torch.inference_mode`` is rerouted; ``torch.cuda.<name>`` that the runtime does not
+        answer is noted and left as it is."""
         owner = node.value
+        if (
+            node.attr == "inference_mode"
+            and isinstance(owner, ast.Name)
+            and owner.id in self.names.torch
+            and isinstance(node.ctx, ast.Load)
+        ):
+            self._site(node, "inference_mode")
+            return _located(_alias("inference_mode"), node)
         of_cuda = (
             isinstance(owner, ast.Attribute)
             and owner.attr == "cuda"

@@ -32,7 +32,7 @@ import torch
 
 from dmlpatch.devices import announce, resolution
 from dmlpatch.patching.arguments import bound_arguments
-from dmlpatch.rewriting import runtime
+from dmlpatch.rewriting import inference, runtime
 
 DEVICE_TYPE = "privateuseone"
 
@@ -360,6 +360,25 @@ def setup_ddp(
         world_size=world_size,
     )
     return None
+
+
+def inference_mode_decorator(
+    wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``smart_inference_mode``: methods it decorates run under
+    ``dmlpatch.rewriting.inference.inference_mode``, torch's own off DirectML and ``no_grad``
+    on it, decided at each call (the decorators are applied when ultralytics is imported)."""
+    decorate = wrapped(*args, **kwargs)
+    # 8.1 takes no argument; 8.2+ take mode (False: gradients on, already fine on DirectML).
+    if not bound_arguments(wrapped, args, kwargs).arguments.get("mode", True):
+        return decorate
+
+    def decorate_per_call(function: Callable[..., Any]) -> Callable[..., Any]:
+        if torch.is_inference_mode_enabled():
+            return decorate(function)  # ultralytics' pass-through
+        return inference.inference_mode(True)(function)
+
+    return decorate_per_call
 
 
 def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
