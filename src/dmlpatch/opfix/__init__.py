@@ -4,7 +4,8 @@ torch-directml refuses some argument combinations outright (``unique`` with coun
 inverse, ``avg_pool`` with ``divisor_override``, ``repeat`` beyond 4-D, ``scatter`` shapes; the
 2022 package even ``normal_``) and runs operators it lacks on the CPU, two copies per call.
 Each module here fixes one family with kernels composed only of operators DirectML runs
-natively, registered for the ``PrivateUse1`` dispatch key with :mod:`torch.library`:
+natively, registered for the ``PrivateUse1`` dispatch key (``AutogradPrivateUse1`` where the
+backward is missing too) with :mod:`torch.library`:
 
 ========== ==================================================================================
 unique     ``_unique2`` (counts/inverse), ``unique_dim``, ``unique_consecutive`` and friends
@@ -13,6 +14,7 @@ repeat     ``repeat`` to more than 4 dimensions
 scatter    ``scatter``/``scatter_`` with an index smaller than ``self`` or ``src``
 random     ``normal_`` (pytorch-directml 1.8) from ``uniform_`` and Box-Muller
 fallbacks  ``silu_backward``, ``lerp``, ``nan_to_num``, ``addmv``, ``bincount`` (CPU fallbacks)
+rnn        ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (missing: every LSTM/GRU step)
 cpu_ops    ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ========== ==================================================================================
 
@@ -46,7 +48,7 @@ CPU_OPS_ENV = "DMLPATCH_CPU_OPS"
 DIRECTML_RELEASES: tuple[tuple[str, str], ...] = (("0.2.5.dev240914", "torch-directml-0.2.5"),)
 
 #: The modules holding fixes, in installation order.
-FAMILIES = ("unique", "pooling", "repeat", "scatter", "random", "fallbacks")
+FAMILIES = ("unique", "pooling", "repeat", "scatter", "random", "fallbacks", "rnn")
 
 
 class Installed(NamedTuple):
@@ -145,7 +147,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
                         # torch 2.4 warns when a Python kernel replaces the simulator's
                         # registration for the same key: replacing it is the point.
                         warnings.filterwarnings("ignore", "Warning only once for all operators")
-                        library.impl(kernel.name, kernel.function, "PrivateUse1")
+                        library.impl(kernel.name, kernel.function, kernel.key)
                     fixes.append(kernel.qualified)
         forced = cpu_ops.register(library, forced_ops)
         _library = library

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+if TYPE_CHECKING:
+    import torch
+
+#: An operator's ``out=`` kernel: its arguments, then ``out``; returns ``out``.
+OutKernel = Callable[..., "torch.Tensor"]
 
 
 class Kernel(NamedTuple):
@@ -13,8 +19,12 @@ class Kernel(NamedTuple):
     function: Callable[..., Any]
     #: ``refused``: DirectML raises for some arguments (installed where the profile has a rule
     #: for the operator); ``fallback``: DirectML has no kernel and copies through the CPU
-    #: (installed where the operator is not native).
+    #: (installed where the operator is not native); ``missing``: DirectML has no kernel and
+    #: its CPU fallback finds none either (installed where the operator is not native).
     gap: str
+    #: The dispatch key it is registered for: ``AutogradPrivateUse1`` for a composition that
+    #: autograd differentiates (an operator whose backward DirectML lacks too).
+    key: str = "PrivateUse1"
 
     @property
     def op(self) -> str:
@@ -25,3 +35,30 @@ class Kernel(NamedTuple):
     def qualified(self) -> str:
         """``aten::scatter.src`` (``aten::_unique2`` for a default overload)."""
         return "aten::" + self.name
+
+
+def into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """Write ``result`` into an ``out=`` tensor the way structured kernels do."""
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    out.copy_(result)
+    return out
+
+
+def functional(out_kernel: OutKernel, like: int = 0) -> Callable[..., torch.Tensor]:
+    """The functional form of an ``out=`` kernel: the result is shaped like argument ``like``."""
+
+    def functional_form(*args: Any, **kwargs: Any) -> torch.Tensor:
+        template = args[like]
+        return out_kernel(*args, **kwargs, out=template.new_empty(0))
+
+    return functional_form
+
+
+def in_place(out_kernel: OutKernel) -> Callable[..., torch.Tensor]:
+    """The in-place form of an ``out=`` kernel: ``self`` is ``out``."""
+
+    def in_place_form(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return out_kernel(self, *args, **kwargs, out=self)
+
+    return in_place_form

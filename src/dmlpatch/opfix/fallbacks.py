@@ -20,24 +20,12 @@ log_sigmoid            ``min(x, 0) - log1p(z)``, ``z = exp(-|x|)`` kept as the b
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import torch
 
 from dmlpatch.opfix._accounting import record
-from dmlpatch.opfix._kernel import Kernel
-
-#: An operator's ``out=`` kernel: its arguments, then ``out``; returns ``out``.
-OutKernel = Callable[..., torch.Tensor]
-
-
-def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    """Write ``result`` into an ``out=`` tensor the way structured kernels do."""
-    if out.shape != result.shape:
-        out.resize_(result.shape)
-    out.copy_(result)
-    return out
+from dmlpatch.opfix._kernel import Kernel, functional, in_place, into
 
 
 def _silu_backward(
@@ -45,7 +33,7 @@ def _silu_backward(
 ) -> torch.Tensor:
     record("fixed", "aten::silu_backward.grad_input")
     sigmoid = torch.sigmoid(self)
-    return _into(grad_input, grad_output * sigmoid * (1 + self * (1 - sigmoid)))
+    return into(grad_input, grad_output * sigmoid * (1 + self * (1 - sigmoid)))
 
 
 def _lerp(
@@ -66,14 +54,14 @@ def _lerp_scalar_out(
     self: torch.Tensor, end: torch.Tensor, weight: float, *, out: torch.Tensor
 ) -> torch.Tensor:
     record("fixed", "aten::lerp.Scalar_out")
-    return _into(out, _lerp(self, end, float(weight)))
+    return into(out, _lerp(self, end, float(weight)))
 
 
 def _lerp_tensor_out(
     self: torch.Tensor, end: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor
 ) -> torch.Tensor:
     record("fixed", "aten::lerp.Tensor_out")
-    return _into(out, _lerp(self, end, weight))
+    return into(out, _lerp(self, end, weight))
 
 
 def _nan_to_num_out(
@@ -86,12 +74,12 @@ def _nan_to_num_out(
 ) -> torch.Tensor:
     record("fixed", "aten::nan_to_num.out")
     if not self.is_floating_point():
-        return _into(out, self.clone())
+        return into(out, self.clone())
     info = torch.finfo(self.dtype)
     result = self.masked_fill(self != self, 0.0 if nan is None else nan)
     result = result.masked_fill(result == float("inf"), info.max if posinf is None else posinf)
     result = result.masked_fill(result == float("-inf"), info.min if neginf is None else neginf)
-    return _into(out, result)
+    return into(out, result)
 
 
 def _addmv_out(
@@ -109,7 +97,7 @@ def _addmv_out(
         product = product * alpha
     # beta == 0 ignores self entirely (NaN in self must not leak), as BLAS does.
     result = product if beta == 0 else product + (self if beta == 1 else self * beta)
-    return _into(out, result.expand(out.shape) if out.numel() and result.dim() == 0 else result)
+    return into(out, result.expand(out.shape) if out.numel() and result.dim() == 0 else result)
 
 
 def _bincount(
@@ -152,7 +140,7 @@ def _log_sigmoid_forward_output(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     record("fixed", "aten::log_sigmoid_forward")
     result, z = _log_sigmoid(self)
-    return _into(output, result), _into(buffer, z)
+    return into(output, result), into(buffer, z)
 
 
 def _log_sigmoid_gradient(grad_output: torch.Tensor, self: torch.Tensor) -> torch.Tensor:
@@ -179,24 +167,7 @@ def _log_sigmoid_backward_out(
     grad_input: torch.Tensor,
 ) -> torch.Tensor:
     record("fixed", "aten::log_sigmoid_backward")
-    return _into(grad_input, _log_sigmoid_gradient(grad_output, self))
-
-
-def _functional(out_kernel: OutKernel, like: int = 0) -> Callable[..., torch.Tensor]:
-    """The functional form of an ``out=`` kernel: the result is shaped like argument ``like``."""
-
-    def functional(*args: Any, **kwargs: Any) -> torch.Tensor:
-        template = args[like]
-        return out_kernel(*args, **kwargs, out=template.new_empty(0))
-
-    return functional
-
-
-def _in_place(out_kernel: OutKernel) -> Callable[..., torch.Tensor]:
-    def in_place(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return out_kernel(self, *args, **kwargs, out=self)
-
-    return in_place
+    return into(grad_input, _log_sigmoid_gradient(grad_output, self))
 
 
 def _silu_backward_functional(grad_output: torch.Tensor, self: torch.Tensor) -> torch.Tensor:
@@ -207,17 +178,17 @@ KERNELS = (
     Kernel("silu_backward.grad_input", _silu_backward, "fallback"),
     Kernel("silu_backward", _silu_backward_functional, "fallback"),
     Kernel("lerp.Scalar_out", _lerp_scalar_out, "fallback"),
-    Kernel("lerp.Scalar", _functional(_lerp_scalar_out), "fallback"),
-    Kernel("lerp_.Scalar", _in_place(_lerp_scalar_out), "fallback"),
+    Kernel("lerp.Scalar", functional(_lerp_scalar_out), "fallback"),
+    Kernel("lerp_.Scalar", in_place(_lerp_scalar_out), "fallback"),
     Kernel("lerp.Tensor_out", _lerp_tensor_out, "fallback"),
-    Kernel("lerp.Tensor", _functional(_lerp_tensor_out), "fallback"),
-    Kernel("lerp_.Tensor", _in_place(_lerp_tensor_out), "fallback"),
+    Kernel("lerp.Tensor", functional(_lerp_tensor_out), "fallback"),
+    Kernel("lerp_.Tensor", in_place(_lerp_tensor_out), "fallback"),
     Kernel("nan_to_num.out", _nan_to_num_out, "fallback"),
-    Kernel("nan_to_num", _functional(_nan_to_num_out), "fallback"),
-    Kernel("nan_to_num_", _in_place(_nan_to_num_out), "fallback"),
+    Kernel("nan_to_num", functional(_nan_to_num_out), "fallback"),
+    Kernel("nan_to_num_", in_place(_nan_to_num_out), "fallback"),
     Kernel("addmv.out", _addmv_out, "fallback"),
-    Kernel("addmv", _functional(_addmv_out), "fallback"),
-    Kernel("addmv_", _in_place(_addmv_out), "fallback"),
+    Kernel("addmv", functional(_addmv_out), "fallback"),
+    Kernel("addmv_", in_place(_addmv_out), "fallback"),
     Kernel("bincount", _bincount, "fallback"),
     Kernel("log_sigmoid_forward", _log_sigmoid_forward, "fallback"),
     Kernel("log_sigmoid_forward.output", _log_sigmoid_forward_output, "fallback"),
