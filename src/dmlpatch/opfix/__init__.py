@@ -7,16 +7,21 @@ Each module here fixes one family with kernels composed only of operators Direct
 natively, registered for the ``PrivateUse1`` dispatch key (``AutogradPrivateUse1`` where the
 backward is missing too) with :mod:`torch.library`:
 
-========== ==================================================================================
-unique     ``_unique2`` (counts/inverse), ``unique_dim``, ``unique_consecutive`` and friends
-pooling    ``avg_pool2d``/``avg_pool3d`` with ``divisor_override``
-repeat     ``repeat`` to more than 4 dimensions
-scatter    ``scatter``/``scatter_`` with an index smaller than ``self`` or ``src``
-random     ``normal_`` (pytorch-directml 1.8) from ``uniform_`` and Box-Muller
-fallbacks  ``silu_backward``, ``lerp``, ``nan_to_num``, ``addmv``, ``bincount`` (CPU fallbacks)
-rnn        ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (missing: every LSTM/GRU step)
-cpu_ops    ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
-========== ==================================================================================
+============= ==================================================================================
+unique        ``_unique2`` (counts/inverse), ``unique_dim``, ``unique_consecutive`` and friends
+pooling       ``avg_pool2d``/``avg_pool3d`` with ``divisor_override``
+repeat        ``repeat`` to more than 4 dimensions
+scatter       ``scatter``/``scatter_`` with an index smaller than ``self`` or ``src``
+random        ``normal_`` (pytorch-directml 1.8) from ``uniform_`` and Box-Muller
+fallbacks     ``silu_backward``, ``lerp``, ``nan_to_num``, ``addmv``, ``bincount`` (CPU fallbacks)
+rnn           ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (missing: every LSTM/GRU step)
+masks         ``isneginf``/``isposinf`` (every transformers attention mask)
+normalization ``native_group_norm_backward`` (every diffusion UNet/VAE training step)
+statistics    ``var_mean``, ``cumprod``
+factories     ``eye``
+losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward
+cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
+============= ==================================================================================
 
 A fix is installed only where the backend has the gap it fixes: on the simulated device per
 profile (:mod:`dmlpatch.gaps.profiles`), on real DirectML per torch-directml release
@@ -48,7 +53,20 @@ CPU_OPS_ENV = "DMLPATCH_CPU_OPS"
 DIRECTML_RELEASES: tuple[tuple[str, str], ...] = (("0.2.5.dev240914", "torch-directml-0.2.5"),)
 
 #: The modules holding fixes, in installation order.
-FAMILIES = ("unique", "pooling", "repeat", "scatter", "random", "fallbacks", "rnn")
+FAMILIES = (
+    "unique",
+    "pooling",
+    "repeat",
+    "scatter",
+    "random",
+    "fallbacks",
+    "rnn",
+    "masks",
+    "normalization",
+    "statistics",
+    "factories",
+    "losses",
+)
 
 
 class Installed(NamedTuple):

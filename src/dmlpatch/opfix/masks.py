@@ -1,0 +1,52 @@
+"""``isneginf``/``isposinf``, which torch-directml 0.2.5 runs on the CPU, composed on the device.
+
+Every transformers model builds its attention mask with them (``torch.finfo(dtype).min`` fills
+and SDPA's mask conversion), so without a fix each forward pass copies the mask to the host and
+back. ``x == -inf`` is what the CPU kernel computes; integer and boolean tensors have no
+infinities, so the answer is all False, as on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel, into
+
+
+def _equal_to(self: torch.Tensor, value: float, out: torch.Tensor) -> torch.Tensor:
+    if self.is_floating_point():
+        return into(out, torch.eq(self, value))
+    if self.is_complex():
+        raise RuntimeError(
+            "isposinf does not support complex inputs."
+            if value > 0
+            else "isneginf does not support complex inputs."
+        )
+    return into(out, torch.zeros(self.shape, dtype=torch.bool, device=self.device))
+
+
+def _isneginf_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    record("fixed", "aten::isneginf.out")
+    return _equal_to(self, float("-inf"), out)
+
+
+def _isposinf_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    record("fixed", "aten::isposinf.out")
+    return _equal_to(self, float("inf"), out)
+
+
+def _isneginf(self: torch.Tensor) -> torch.Tensor:
+    return _isneginf_out(self, out=self.new_empty(0, dtype=torch.bool))
+
+
+def _isposinf(self: torch.Tensor) -> torch.Tensor:
+    return _isposinf_out(self, out=self.new_empty(0, dtype=torch.bool))
+
+
+KERNELS = (
+    Kernel("isneginf.out", _isneginf_out, "fallback"),
+    Kernel("isneginf", _isneginf, "fallback"),
+    Kernel("isposinf.out", _isposinf_out, "fallback"),
+    Kernel("isposinf", _isposinf, "fallback"),
+)

@@ -1,0 +1,180 @@
+"""CPU fallbacks common models meet every step (transformers' attention masks, diffusion
+UNets' group norms, RT-DETR's inverse sigmoid, BCE losses, statistics and factories): with
+dmlpatch they run on the device with no fallback and no copy, equal to the CPU within float32
+rounding, forward and backward; without it each one falls back to the CPU."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tests.e2e.opfix.helpers import no_copies, without_fixes
+
+import dmlpatch.sim as sim
+
+
+def _grads(
+    function: Callable[..., torch.Tensor], wrt: int = 99
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The output and the gradients of the first ``wrt`` inputs, for a fixed output gradient."""
+
+    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = [x.detach().requires_grad_() if i < wrt else x for i, x in enumerate(inputs)]
+        out = function(*leaves)
+        weights = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
+        (out * weights).sum().backward()
+        return (out.detach(), *(x.grad for x in leaves[:wrt]))
+
+    return run
+
+
+def _group_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.group_norm(x, 4, w, b)
+
+
+CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
+    # name: (function of device-or-CPU tensors, CPU inputs, the operator DirectML lacks)
+    "isneginf": (
+        torch.isneginf,
+        (torch.tensor([0.0, float("-inf"), float("inf"), float("nan"), -3.4e38]),),
+        "aten::isneginf.out",
+    ),
+    "isposinf": (
+        torch.isposinf,
+        (torch.tensor([0.0, float("-inf"), float("inf"), float("nan")]),),
+        "aten::isposinf.out",
+    ),
+    "isneginf of integers": (torch.isneginf, (torch.tensor([1, -2, 3]),), "aten::isneginf.out"),
+    "transformers attention mask": (
+        lambda m: torch.isneginf(
+            (1.0 - m[:, None, None, :]) * torch.finfo(torch.float32).min
+        ).logical_not(),
+        (torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]),),
+        "aten::isneginf.out",
+    ),
+    "group_norm backward": (
+        _grads(_group_norm),
+        (torch.randn(3, 8, 5, 5), torch.randn(8), torch.randn(8)),
+        "aten::native_group_norm_backward",
+    ),
+    "group_norm backward without affine": (
+        _grads(lambda x: F.group_norm(x, 2)),
+        (torch.randn(2, 6, 7),),
+        "aten::native_group_norm_backward",
+    ),
+    "var_mean": (
+        lambda x: torch.stack(torch.var_mean(x, dim=1, keepdim=True)),
+        (torch.randn(4, 9),),
+        "aten::var_mean.correction",
+    ),
+    "var_mean all, correction 0": (
+        lambda x: torch.stack(torch.var_mean(x, correction=0)),
+        (torch.randn(4, 9),),
+        "aten::var_mean.correction",
+    ),
+    "cumprod": (lambda x: torch.cumprod(x, 1), (torch.rand(3, 37) + 0.5,), "aten::cumprod.out"),
+    "cumprod of integers": (
+        lambda x: torch.cumprod(x, 0),
+        (torch.tensor([1, -2, 3, 0, 5]),),
+        "aten::cumprod.out",
+    ),
+    "cumprod backward": (
+        _grads(lambda x: torch.cumprod(x, 0)),
+        (torch.rand(9) + 0.5,),
+        "aten::cumprod.out",
+    ),
+    "diffusion alphas_cumprod": (
+        lambda b: torch.cumprod(1.0 - b, dim=0),
+        (torch.linspace(0.0001, 0.02, 1000),),
+        "aten::cumprod.out",
+    ),
+    "eye": (
+        lambda x: torch.eye(4, 6, device=x.device) + x,
+        (torch.zeros(4, 6),),
+        "aten::eye.m_out",
+    ),
+    "eye square": (
+        lambda x: torch.eye(5, device=x.device) * x,
+        (torch.ones(()),),
+        "aten::eye.m_out",
+    ),
+    "logit": (torch.logit, (torch.tensor([0.0, 0.2, 0.5, 0.9, 1.0]),), "aten::logit"),
+    "logit eps": (
+        lambda x: torch.logit(x, eps=1e-5),
+        (torch.tensor([0.0, 1e-7, 0.5, 1.0]),),
+        "aten::logit",
+    ),
+    "logit backward": (
+        _grads(lambda x: torch.logit(x, eps=1e-3)),
+        (torch.tensor([0.0005, 0.2, 0.5, 0.7, 0.9995]),),
+        "aten::logit_backward.grad_input",
+    ),
+    "binary_cross_entropy": (
+        _grads(F.binary_cross_entropy, wrt=1),
+        (torch.rand(6, 3).clamp(0.01, 0.99), torch.randint(0, 2, (6, 3)).float()),
+        "aten::binary_cross_entropy",
+    ),
+    "binary_cross_entropy weighted sum": (
+        _grads(lambda x, t, w: F.binary_cross_entropy(x, t, w, reduction="sum"), wrt=1),
+        (torch.rand(6, 3), torch.rand(6, 3), torch.rand(6, 3)),
+        "aten::binary_cross_entropy",
+    ),
+    "binary_cross_entropy saturated": (
+        lambda x, t: F.binary_cross_entropy(x, t, reduction="none"),
+        (torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0])),
+        "aten::binary_cross_entropy",
+    ),
+}
+
+
+def _as_tuple(result: Any) -> tuple[torch.Tensor, ...]:
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _equal(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    got = got.cpu()
+    if got.dtype != expected.dtype or got.shape != expected.shape:
+        return False
+    if got.is_floating_point():
+        return torch.allclose(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+    return torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixed_on_device_equal_to_cpu_without_copies(dev: torch.device, name: str) -> None:
+    function, inputs, op = CASES[name]
+    torch.manual_seed(0)
+    expected = _as_tuple(function(*inputs))
+    on_device = [x.to(dev) for x in inputs]
+    sim.reset_counters()
+    got = _as_tuple(function(*on_device))
+    counters = sim.counters()
+    assert no_copies(counters), counters
+    assert op in counters["ops"]["fixed"], counters["ops"]["fixed"]
+    assert len(got) == len(expected)
+    for device_result, cpu_result in zip(got, expected):
+        assert device_result.device == dev
+        assert _equal(device_result, cpu_result), (device_result.cpu(), cpu_result)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_without_dmlpatch_directml_falls_back(dev: torch.device, name: str) -> None:
+    function, inputs, op = CASES[name]
+    on_device = [x.to(dev) for x in inputs]
+    with without_fixes(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim.reset_counters()
+        function(*on_device)
+        assert op in sim.counters()["ops"]["fallback"]
+
+
+def test_errors_match_the_cpu(dev: torch.device) -> None:
+    bad = torch.tensor([1.5, 0.5])
+    for x in (bad, bad.to(dev)):
+        with pytest.raises(RuntimeError, match="between 0 and 1"):
+            F.binary_cross_entropy(x, torch.ones(2, device=x.device))
+        with pytest.raises(RuntimeError, match="n must be greater or equal to 0, got -1"):
+            torch.eye(-1, device=x.device)
