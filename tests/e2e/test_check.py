@@ -68,6 +68,7 @@ def test_table_and_verdict_for_known_gaps(
             "copies": 9,
             "bytes": 180,
             "first_call": "program.py:7",
+            "known_failure": None,
         },
         {
             "op": "aten::_unique2",
@@ -76,6 +77,7 @@ def test_table_and_verdict_for_known_gaps(
             "copies": 0,
             "bytes": 0,
             "first_call": "program.py:6",
+            "known_failure": "unique-counts/unique-inverse",
         },
         {
             "op": "aten::repeat",
@@ -84,6 +86,7 @@ def test_table_and_verdict_for_known_gaps(
             "copies": 0,
             "bytes": 0,
             "first_call": "program.py:8",
+            "known_failure": "repeat-rank",
         },
     ]
     verdict = (
@@ -102,6 +105,8 @@ def test_table_and_verdict_for_known_gaps(
         "first",
         "called",
         "at",
+        "known",
+        "as",
     ]
     assert lines[-4].split() == [
         "aten::hypot.out",
@@ -110,8 +115,17 @@ def test_table_and_verdict_for_known_gaps(
         "9",
         "180",
         "program.py:7",
+        "-",
     ]
-    assert lines[-3].split() == ["aten::_unique2", "fixed", "3", "-", "-", "program.py:6"]
+    assert lines[-3].split() == [
+        "aten::_unique2",
+        "fixed",
+        "3",
+        "-",
+        "-",
+        "program.py:6",
+        "unique-counts/unique-inverse",
+    ]
 
 
 def test_refusal_without_a_fix_would_fail(
@@ -120,12 +134,67 @@ def test_refusal_without_a_fix_would_fail(
     result, data = _check(tmp_path, write, REFUSED)
     assert result.code == 1
     assert "DirectML scatter doesn't allow for index and source" in result.err  # traceback
-    assert data["verdict"] == "would fail: aten::scatter.src_out at program.py:7"
+    assert data["verdict"] == (
+        "would fail: aten::scatter.src_out at program.py:7 (known failure scatter-src-shape)"
+    )
     assert data["status"] == "fails"
     assert [(r["op"], r["how"], r["calls"]) for r in data["ops"]] == [
         ("aten::scatter.src_out", "refused", 1),
         ("aten::hypot.out", "fallback", 1),
     ]
+
+
+RECURRENT = """
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+lstm = torch.nn.LSTM(4, 8).to(device)
+mask = torch.tensor([[1.0, 0.0]], device=device)
+out, _ = lstm(torch.randn(3, 1, 4, device=device))
+print(torch.isneginf((1.0 - mask) * torch.finfo(torch.float32).min).tolist())
+"""
+
+HELPER = """
+import torch
+
+
+@torch.inference_mode()
+def predict(model, x):
+    return model(x)
+"""
+
+INFERENCE = """
+import torch
+from helper import predict
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torch.nn.Linear(3, 2).to(device)
+print(predict(model, torch.ones(1, 3, device=device)))
+"""
+
+
+def test_fixed_rows_name_their_known_failures(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    result, data = _check(tmp_path, write, RECURRENT)
+    assert result.code == 0, result.err
+    known = {r["op"]: (r["how"], r["known_failure"]) for r in data["ops"]}
+    assert known["aten::_thnn_fused_lstm_cell"] == ("fixed", "fused-rnn-cells")
+    assert known["aten::isneginf.out"] == ("fixed", "isneginf")
+    assert "fused-rnn-cells" in result.err  # the "known as" column
+
+
+def test_a_refusal_is_named_by_its_text(tmp_path: Path, write: Callable[[str, str], Path]) -> None:
+    write("helper.py", HELPER)
+    # Outside --scope specs the helper's inference_mode is rewritten and the program runs.
+    result, data = _check(tmp_path, write, INFERENCE)
+    assert result.code == 0 and data["status"] == "runs", result.err
+    result, data = _check(tmp_path, write, INFERENCE, "--scope", "specs")
+    assert result.code == 1
+    assert data["status"] == "fails"
+    assert data["verdict"].endswith("(known failure inference-mode)"), data["verdict"]
+    refused = [r for r in data["ops"] if r["how"] == "refused"]
+    assert [r["known_failure"] for r in refused] == ["inference-mode"]
 
 
 def test_the_programs_own_failures_keep_their_status(

@@ -85,6 +85,11 @@ def test_site_records_position_kind_and_original_text() -> None:
         ("torch.cuda.manual_seed_all(0)", [("cuda_api", "torch.cuda.manual_seed_all(0)")]),
         ("torch.cuda.set_device(rank)", [("cuda_api", "torch.cuda.set_device(rank)")]),
         ("torch.cuda.synchronize()", [("cuda_api", "torch.cuda.synchronize()")]),
+        ("with torch.inference_mode(): pass", [("inference_mode", "torch.inference_mode")]),
+        (
+            "from torch import inference_mode as im\n@im\ndef f(): pass\nwith im(False): pass",
+            [("inference_mode", "im"), ("inference_mode", "im")],
+        ),
     ],
 )
 def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
@@ -120,6 +125,9 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "torch.backends.cudnn.benchmark = True",
         "os.environ['CUDA_VISIBLE_DEVICES'] = '0'",
         "with torch.cuda.device(1): pass",
+        "torch.is_inference_mode_enabled()",
+        "x.inference_mode()",
+        "torch.inference_mode = None",
     ],
 )
 def test_not_device_sites(snippet: str) -> None:

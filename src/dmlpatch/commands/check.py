@@ -59,6 +59,7 @@ class Row(NamedTuple):
     copies: int
     bytes: int
     first_call: Optional[str]  # file:line
+    known_failure: Optional[str] = None  # its entry in dmlpatch.gaps.catalogue
 
 
 class Outcome(NamedTuple):
@@ -179,7 +180,7 @@ def _check(options: Any, chosen: _Options) -> int:
         if observer is not None:
             observer.__exit__(None, None, None)
     counters = observer.snapshot() if observer is not None else _sim_counters()
-    rows = table_rows(counters)
+    rows = table_rows(counters, _first_line(error))
     from dmlpatch.placement import summary
 
     compute = summary.compute(placement.ledger, selected.device, selected.type)
@@ -247,8 +248,17 @@ def first_frame(stack: str) -> Optional[str]:
     return found
 
 
-def table_rows(counters: dict[str, Any]) -> list[Row]:
-    """Fixed, fallback and refused operators, refusals first."""
+def _first_line(error: Optional[BaseException]) -> Optional[str]:
+    if error is None or not str(error):
+        return None
+    return str(error).splitlines()[0]
+
+
+def table_rows(counters: dict[str, Any], error: Optional[str] = None) -> list[Row]:
+    """Fixed, fallback and refused operators, refusals first, each with the known failure it
+    is (``error``: the first line of the exception that stopped the program, if any)."""
+    from dmlpatch.gaps import catalogue
+
     rows = []
     firsts = counters.get("first_calls", {})
     copies = counters.get("copies", {})
@@ -264,9 +274,14 @@ def table_rows(counters: dict[str, Any]) -> list[Row]:
                     cost["count"] if cost else 0,
                     cost["bytes"] if cost else 0,
                     where,
+                    _known(catalogue.for_gap(op, how, error if how == "refused" else None)),
                 )
             )
     return sorted(rows, key=lambda r: (_HOW_ORDER[r.how], r.op))
+
+
+def _known(failures: tuple[Any, ...]) -> Optional[str]:
+    return "/".join(failure.key for failure in failures) or None
 
 
 def _size(nbytes: int) -> str:
@@ -294,7 +309,8 @@ def judge(
     if error is not None and refused:
         first = _first_refused(refused, counters)
         where = f" at {first.first_call}" if first.first_call else ""
-        return Outcome(1, "fails", f"would fail: {first.op}{where}")
+        known = f" (known failure {first.known_failure})" if first.known_failure else ""
+        return Outcome(1, "fails", f"would fail: {first.op}{where}{known}")
     if divergence is not None:
         where = first_frame("".join(traceback.format_list(list(divergence.stack))))
         at = f" at {where}" if where else ""
@@ -369,7 +385,7 @@ def _print(
     for line in summary.explain(compute):
         out.write(line + "\n")
     if rows:
-        header = ("operator", "how", "calls", "copies", "bytes", "first called at")
+        header = ("operator", "how", "calls", "copies", "bytes", "first called at", "known as")
         table = [header] + [
             (
                 r.op,
@@ -378,6 +394,7 @@ def _print(
                 str(r.copies) if r.how == "fallback" else "-",
                 str(r.bytes) if r.how == "fallback" else "-",
                 r.first_call or "?",
+                r.known_failure or "-",
             )
             for r in rows
         ]

@@ -35,7 +35,7 @@ usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args
        dmlpatch pin                                  keep torch-directml's torch in pip installs
        dmlpatch unpin                                undo pin
        dmlpatch status                               show activation and device
-       dmlpatch doctor [--json]                      diagnose this environment
+       dmlpatch doctor [--json] [--failures]         diagnose this environment
        dmlpatch list [--json]                        the patch catalogue vs installed libraries
        dmlpatch scan PACKAGE|PATH [--spec]           find CUDA device sites (no import)
 
@@ -341,7 +341,14 @@ def _doctor(arguments: list[str]) -> int:
     parser.add_argument(
         "--no-import", action="store_true", help="do not import the target libraries (faster)"
     )
-    options = _parse(parser, arguments, _takes_only("doctor", "--json and --no-import"))
+    parser.add_argument(
+        "--failures",
+        action="store_true",
+        help="print the catalogue of known torch-directml failures (with --json: as JSON)",
+    )
+    options = _parse(parser, arguments, _takes_only("doctor", "--json, --no-import and --failures"))
+    if options.failures:
+        return _failures(as_json=options.json)
     checks = doctor.run_checks(import_targets=not options.no_import)
     if options.json:
         import json
@@ -351,6 +358,19 @@ def _doctor(arguments: list[str]) -> int:
     else:
         sys.stdout.write(doctor.format_checks(checks) + "\n")
     return doctor.exit_code(checks)
+
+
+def _failures(as_json: bool) -> int:
+    from dmlpatch.gaps import catalogue
+
+    if as_json:
+        import json
+
+        entries = [failure._asdict() for failure in catalogue.FAILURES]
+        sys.stdout.write(json.dumps({"failures": entries}, indent=2) + "\n")
+    else:
+        sys.stdout.write(catalogue.summary() + "\n\n" + catalogue.table())
+    return 0
 
 
 def _pin(arguments: list[str]) -> int:

@@ -28,7 +28,7 @@ class Check(NamedTuple):
 def run_checks(import_targets: bool = True) -> list[Check]:
     checks = [_python(), *_versions(), _directml(), _cuda()]
     checks += _targets(import_targets)
-    checks += [_activation(), _pin(), _cache(), _simulator()]
+    checks += [_activation(), _pin(), _cache(), _simulator(), _known_failures()]
     return checks
 
 
@@ -297,6 +297,17 @@ def _simulator() -> Check:
         OK if ok else WARN,
         f"--device sim: {reason}",
         None if ok else "install a C++ compiler (e.g. apt-get install g++) and ninja",
+    )
+
+
+def _known_failures() -> Check:
+    from dmlpatch.gaps import catalogue
+
+    return Check(
+        "failures",
+        OK,
+        f"{catalogue.summary()} (dmlpatch doctor --failures lists them)",
+        details={"failures": len(catalogue.FAILURES)},
     )
 
 

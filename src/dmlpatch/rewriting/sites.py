@@ -23,7 +23,8 @@ Site kinds:
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
 - ``inference_mode``: ``torch.inference_mode`` → ``__dmlpatch__.inference_mode``, which is
   torch's except on DirectML, whose kernels refuse parameters inside it
-  (``dmlpatch.rewriting.inference``). ``from torch import inference_mode`` is not followed.
+  (``dmlpatch.rewriting.inference``); with ``from torch import inference_mode``, its calls and
+  its use as a bare decorator.
 
 Other ``torch.cuda.<name>`` uses (``get_device_properties``, ``Stream``, ``FloatTensor``...) are
 not sites: they are listed as *unanswered* (``Rewritten.unanswered``), because once a module's
@@ -110,6 +111,7 @@ class _Names:
         self.cuda: set[str] = set()
         self.cuda_functions: dict[str, str] = {}
         self.torch_functions: dict[str, str] = {}
+        self.inference_mode: set[str] = set()
         self.unanswered: set[str] = set()
 
     @classmethod
@@ -131,6 +133,8 @@ class _Names:
                         names.cuda.add(bound)
                     elif node.module == "torch" and alias.name in _TORCH_DEVICE_FUNCTIONS:
                         names.torch_functions[bound] = alias.name
+                    elif node.module == "torch" and alias.name == "inference_mode":
+                        names.inference_mode.add(bound)
                     elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
                         names.cuda_functions[bound] = alias.name
                     elif node.module == "torch.cuda" and _unanswered(alias.name):
@@ -232,8 +236,7 @@ class _Transformer:
             and owner.id in self.names.torch
             and isinstance(node.ctx, ast.Load)
         ):
-            self._site(node, "inference_mode")
-            return _located(_alias("inference_mode"), node)
+            return self._inference_mode(node)
         of_cuda = (
             isinstance(owner, ast.Attribute)
             and owner.attr == "cuda"
@@ -246,6 +249,9 @@ class _Transformer:
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
         func = node.func
+        if isinstance(func, ast.Name) and func.id in self.names.inference_mode:
+            node.func = self._inference_mode(func)
+            return node
         function = self._cuda_function(func)
         if function is not None:
             self._site(node, "is_available" if function == "is_available" else "cuda_api")
@@ -300,11 +306,23 @@ class _Transformer:
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         self._defaults(node.args)
+        self._decorators(node.decorator_list)
         return node
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
         self._defaults(node.args)
+        self._decorators(node.decorator_list)
         return node
+
+    def _decorators(self, decorators: list[ast.expr]) -> None:
+        """``@inference_mode`` imported from torch, bare (a call is found as a call)."""
+        for index, decorator in enumerate(decorators):
+            if isinstance(decorator, ast.Name) and decorator.id in self.names.inference_mode:
+                decorators[index] = self._inference_mode(decorator)
+
+    def _inference_mode(self, node: ast.expr) -> ast.expr:
+        self._site(node, "inference_mode")
+        return _located(_alias("inference_mode"), node)
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         self._defaults(node.args)

@@ -1,0 +1,530 @@
+"""The known failures of torch-directml 0.2.x, one entry each: what fails, what DirectML says,
+where it was reported, whether the simulated device reproduces it and what dmlpatch does.
+
+DirectML has been in maintenance mode since July 2025 and torch-directml 0.2.5.dev240914
+(torch 2.4.1) is its last release, so this list is finite. It is data: ``dmlpatch doctor
+--failures`` and the README print it as a table, ``dmlpatch check`` names the entry of every
+gap a program meets. Sources are issues of the microsoft/DirectML tracker (``#602``) unless a
+repository is named, and "native library" means the error strings of torch-directml 0.2.5's
+own binary.
+
+``simulated`` says how the default profile (``torch-directml-0.2.5``) reproduces an entry:
+
+- ``rule``: a refusal rule or switch of :mod:`dmlpatch.gaps.profiles`, with DirectML's text;
+- ``op list``: the operator is missing from the list of kernels DirectML registers, so it runs
+  through the CPU fallback with DirectML's warning (or fails there when the CPU has no kernel);
+- ``pytorch``: PyTorch itself raises it for any PrivateUse1 device, so it happens as it is;
+- ``opt-in``: reproduced only when asked (``DMLPATCH_SIM_FLOAT64=0``, ``DMLPATCH_SIM_FAULT``);
+- ``no``: not reproduced, and ``simulation`` says why (mostly: the reports do not pin it down).
+
+``fix`` says what dmlpatch does: ``kernel`` (an on-device composition of native operators in
+:mod:`dmlpatch.opfix`, installed only where the backend has the gap), ``rewrite`` (CUDA-only
+code rewritten in the program's targets), ``spec`` (a library's built-in patch), ``command``
+(a dmlpatch command), ``none`` (not fixed yet: the CPU fallback still works where there is
+one) or ``cannot`` (out of dmlpatch's reach; ``remedy`` says why).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+SIMULATED = ("rule", "op list", "pytorch", "opt-in", "no")
+FIXES = ("kernel", "rewrite", "spec", "command", "none", "cannot")
+
+_FALLBACK = (
+    "The operator '{op}' is not currently supported on the DML backend and will fall back to "
+    "run on the CPU. This may have performance implications."
+)
+
+
+class Failure(NamedTuple):
+    """One known failure of torch-directml."""
+
+    key: str
+    what: str
+    #: What DirectML raises or warns, verbatim (first line); empty where no report shows it.
+    text: str
+    sources: str
+    #: The aten operators (without overload) whose refusal or fallback this entry explains.
+    ops: tuple[str, ...]
+    simulated: str
+    simulation: str
+    fix: str
+    remedy: str
+
+
+def _fallback(op: str) -> str:
+    return _FALLBACK.format(op=op)
+
+
+FAILURES: tuple[Failure, ...] = (
+    Failure(
+        "inference-mode",
+        "torch.inference_mode() with a model moved to the device before it",
+        "RuntimeError: Cannot set version_counter for inference tensor",
+        "#602 (0.2.2, confirmed on 0.2.5), #450, #622 (ultralytics training's validation)",
+        (),
+        "rule",
+        "every kernel given a device tensor made outside inference mode, inside it (the reports "
+        "pin F.linear and F.conv2d; a superset, so what runs on the simulator runs on DirectML)",
+        "rewrite",
+        "torch.inference_mode in the program's targets is torch.no_grad on DirectML "
+        "(dmlpatch.rewriting.inference); ultralytics' smart_inference_mode likewise",
+    ),
+    Failure(
+        "fused-rnn-cells",
+        "nn.LSTM, nn.GRU, LSTMCell, GRUCell: every step",
+        "NotImplementedError: Could not run 'aten::_thnn_fused_lstm_cell' with arguments from "
+        "the 'CPU' backend.",
+        "#613, #654, #677",
+        ("aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_gru_cell"),
+        "op list",
+        "no DirectML kernel, and the CPU fallback finds no CPU kernel",
+        "kernel",
+        "dmlpatch.opfix.rnn: the CPU cell's arithmetic at AutogradPrivateUse1 (forward and "
+        "backward)",
+    ),
+    Failure(
+        "unique-counts",
+        "torch.unique(..., return_counts=True) (ultralytics' loss, every step)",
+        "RuntimeError: Return counts not implemented for unique operator for DirectML.",
+        "native library",
+        ("aten::_unique2",),
+        "rule",
+        "refusal rule on aten::_unique2",
+        "kernel",
+        "dmlpatch.opfix.unique",
+    ),
+    Failure(
+        "unique-inverse",
+        "torch.unique(..., return_inverse=True)",
+        "RuntimeError: Return inverse not implemented for unique operator for DirectML.",
+        "native library",
+        ("aten::_unique2",),
+        "rule",
+        "refusal rule on aten::_unique2",
+        "kernel",
+        "dmlpatch.opfix.unique",
+    ),
+    Failure(
+        "avg-pool-divisor",
+        "avg_pool2d/avg_pool3d with divisor_override",
+        "RuntimeError: Divisor override isn't supported for DirectML.",
+        "native library",
+        ("aten::avg_pool2d", "aten::avg_pool3d"),
+        "rule",
+        "refusal rule on avg_pool2d/avg_pool3d",
+        "kernel",
+        "dmlpatch.opfix.pooling",
+    ),
+    Failure(
+        "scatter-src-shape",
+        "scatter with a src whose shape differs from index",
+        "RuntimeError: DirectML scatter doesn't allow for index and source to have different "
+        "dimensions.",
+        "native library",
+        ("aten::scatter", "aten::scatter_"),
+        "rule",
+        "refusal rule on scatter/scatter_",
+        "kernel",
+        "dmlpatch.opfix.scatter",
+    ),
+    Failure(
+        "scatter-partial",
+        "scatter with an index smaller than the input outside the scatter dimension",
+        "RuntimeError: DirectML scatter doesn't allow partially modified dimensions. Please "
+        "update the dimension so that the indices and input only differ in the provided "
+        "dimension.",
+        "native library",
+        ("aten::scatter", "aten::scatter_"),
+        "rule",
+        "refusal rule on scatter/scatter_",
+        "kernel",
+        "dmlpatch.opfix.scatter",
+    ),
+    Failure(
+        "repeat-rank",
+        "Tensor.repeat to more than 4 dimensions",
+        "RuntimeError: the dimesion of at::Tensor must be 4 or lower, but got <n>",
+        "native library (sic)",
+        ("aten::repeat",),
+        "rule",
+        "refusal rule on repeat",
+        "kernel",
+        "dmlpatch.opfix.repeat",
+    ),
+    Failure(
+        "normal-1.8",
+        "normal_ on pytorch-directml 1.8 (GFPGAN/StyleGAN2 noise, every forward)",
+        "RuntimeError: Could not run 'aten::normal_' with arguments from the 'DML' backend.",
+        "#337 (1.8); 0.2.x registers normal_",
+        ("aten::normal_",),
+        "rule",
+        "profile pytorch-directml-1.8 only",
+        "kernel",
+        "dmlpatch.opfix.random: Box-Muller from uniform_",
+    ),
+    Failure(
+        "yolo-step-fallbacks",
+        "silu_backward, lerp (EMA), nan_to_num, addmv, bincount, log_sigmoid: every YOLO "
+        "training step",
+        _fallback("aten::silu_backward.grad_input"),
+        "0.2.5 op list; ultralytics#13620 (no faster than the CPU)",
+        (
+            "aten::silu_backward",
+            "aten::lerp",
+            "aten::nan_to_num",
+            "aten::addmv",
+            "aten::bincount",
+            "aten::log_sigmoid_forward",
+            "aten::log_sigmoid_backward",
+        ),
+        "op list",
+        "CPU fallback with DirectML's warning, copies counted",
+        "kernel",
+        "dmlpatch.opfix.fallbacks",
+    ),
+    Failure(
+        "isneginf",
+        "isneginf/isposinf: every transformers attention mask",
+        _fallback("aten::isneginf.out"),
+        "0.2.5 op list",
+        ("aten::isneginf", "aten::isposinf"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.masks",
+    ),
+    Failure(
+        "group-norm-backward",
+        "GroupNorm's backward: every diffusion UNet/VAE training step",
+        _fallback("aten::native_group_norm_backward"),
+        "#678",
+        ("aten::native_group_norm_backward",),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.normalization",
+    ),
+    Failure(
+        "var-mean",
+        "torch.var_mean",
+        _fallback("aten::var_mean.correction"),
+        "#536 (std_mean is native in 0.2.5)",
+        ("aten::var_mean",),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.statistics",
+    ),
+    Failure(
+        "cumprod",
+        "torch.cumprod (diffusion schedules)",
+        _fallback("aten::cumprod.out"),
+        "#437 (cumsum is native in 0.2.5)",
+        ("aten::cumprod",),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.statistics: a parallel prefix product",
+    ),
+    Failure(
+        "eye",
+        "torch.eye on the device",
+        _fallback("aten::eye.m_out"),
+        "#431 (which also reports an empty result, not pinned down)",
+        ("aten::eye",),
+        "op list",
+        "CPU fallback with DirectML's warning; the empty result is not reproduced",
+        "kernel",
+        "dmlpatch.opfix.factories",
+    ),
+    Failure(
+        "logit",
+        "torch.logit and its backward: every RT-DETR step",
+        _fallback("aten::logit"),
+        "0.2.5 op list; ultralytics RT-DETR",
+        ("aten::logit", "aten::logit_backward"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.losses",
+    ),
+    Failure(
+        "binary-cross-entropy",
+        "nn.BCELoss / F.binary_cross_entropy, forward and backward",
+        _fallback("aten::binary_cross_entropy"),
+        "#411",
+        ("aten::binary_cross_entropy", "aten::binary_cross_entropy_backward"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.losses",
+    ),
+    Failure(
+        "grid-sampler",
+        "F.grid_sample forward and backward: every RT-DETR step (deformable attention)",
+        _fallback("aten::grid_sampler_2d"),
+        "0.2.5 op list; ultralytics RT-DETR",
+        ("aten::grid_sampler_2d", "aten::grid_sampler_2d_backward"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "none",
+        "runs through the CPU fallback (copies counted by dmlpatch check)",
+    ),
+    Failure(
+        "repeat-interleave",
+        "torch.repeat_interleave with a tensor of repeats",
+        _fallback("aten::repeat_interleave.Tensor"),
+        "#449",
+        ("aten::repeat_interleave",),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "none",
+        "runs through the CPU fallback",
+    ),
+    Failure(
+        "embedding-bag",
+        "nn.EmbeddingBag",
+        _fallback("aten::_embedding_bag"),
+        "#724",
+        ("aten::_embedding_bag", "aten::_embedding_bag_forward_only"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "none",
+        "runs through the CPU fallback",
+    ),
+    Failure(
+        "linalg",
+        "torch.linalg.inv / svd / solve",
+        _fallback("aten::linalg_inv_ex.inverse"),
+        "#671, #431",
+        ("aten::linalg_inv_ex", "aten::_linalg_svd", "aten::_linalg_solve_ex"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "none",
+        "runs through the CPU fallback",
+    ),
+    Failure(
+        "upsample-nearest1d",
+        "F.interpolate(mode='nearest') on 3-D input (audio models)",
+        _fallback("aten::upsample_nearest1d.out"),
+        "#718",
+        ("aten::upsample_nearest1d", "aten::upsample_nearest1d_backward"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "none",
+        "runs through the CPU fallback",
+    ),
+    Failure(
+        "random-sampling",
+        "torch.normal with tensor arguments, torch.multinomial",
+        _fallback("aten::normal.Tensor_float"),
+        "#405, #372 (multinomial is native in 0.2.5)",
+        ("aten::normal",),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "none",
+        "runs through the CPU fallback",
+    ),
+    Failure(
+        "dropout-backward",
+        "dropout's backward",
+        _fallback("aten::native_dropout_backward"),
+        "#630 (an earlier release; native in 0.2.5's list)",
+        ("aten::native_dropout_backward",),
+        "no",
+        "native in 0.2.5, so the 0.2.5 profile has no gap to reproduce",
+        "none",
+        "nothing to fix on 0.2.5",
+    ),
+    Failure(
+        "complex",
+        "complex dtypes: torch.stft, torch.fft (Whisper-style front ends, vocoders)",
+        "",
+        "#421, #704",
+        ("aten::_fft_r2c", "aten::_fft_c2c", "aten::_fft_c2r"),
+        "no",
+        "the FFT kernels fall back to the CPU, but what DirectML does with complex tensors "
+        "themselves is not pinned down by the reports, so complex arithmetic runs natively",
+        "none",
+        "keep spectrogram front ends on the CPU; dmlpatch check shows the fallbacks",
+    ),
+    Failure(
+        "sparse-tensors",
+        "sparse COO tensors on the device: openai-whisper's alignment_heads buffer "
+        "(whisper.load_model(..., device=dml))",
+        "NotImplementedError: Could not run 'aten::_sparse_coo_tensor_with_dims_and_tensors' "
+        "with arguments from the 'SparsePrivateUse1' backend.",
+        "#414",
+        ("aten::_sparse_coo_tensor_with_dims_and_tensors",),
+        "pytorch",
+        "no kernel is registered for SparsePrivateUse1",
+        "none",
+        "not fixed yet",
+    ),
+    Failure(
+        "set-data",
+        "param.data = tensor across the CPU and the device (ultralytics RT-DETR's "
+        "RepConv.fuse_convs at 'Validating best.pt')",
+        "RuntimeError: Attempted to call `variable.set_data(tensor)`, but `variable` and "
+        "`tensor` have incompatible tensor type.",
+        "PyTorch's own check for PrivateUse1 devices; ultralytics RT-DETR",
+        (),
+        "pytorch",
+        "PyTorch raises it for the simulated device as for DirectML",
+        "none",
+        "not fixed yet",
+    ),
+    Failure(
+        "autocast",
+        "torch.autocast('cuda'), torch.cuda.amp.autocast, GradScaler",
+        "",
+        "#454, #370, #598",
+        (),
+        "no",
+        "no release text is pinned down; DirectML has no automatic mixed precision",
+        "cannot",
+        "no AMP on DirectML: ultralytics' check_amp says so once and trains in float32",
+    ),
+    Failure(
+        "float64",
+        "float64 on adapters without double support",
+        "",
+        "#396, #398, #699",
+        (),
+        "opt-in",
+        "DMLPATCH_SIM_FLOAT64=0 refuses float64 (with the simulator's own text: DirectML's is "
+        "not pinned down)",
+        "cannot",
+        "use float32; torch_directml.has_float64_support() tells",
+    ),
+    Failure(
+        "scalar-writes",
+        "t[i] = v on a device tensor reportedly not taking effect",
+        "",
+        "user reports, not pinned to a release",
+        (),
+        "opt-in",
+        "DMLPATCH_SIM_FAULT=drop-scalar-writes",
+        "none",
+        "dmlpatch check --verify compares every device operator with the CPU",
+    ),
+    Failure(
+        "bilinear-interpolate",
+        "bilinear F.interpolate reportedly corrupting GFPGAN's output",
+        "",
+        "#482 (0.2.0)",
+        (),
+        "no",
+        "the report gives no inputs that reproduce it",
+        "none",
+        "dmlpatch check --verify compares every device operator with the CPU",
+    ),
+    Failure(
+        "mixed-devices-1.8",
+        "a library creating tensors on cuda while its model is on DirectML (facexlib)",
+        "RuntimeError: bad optional access",
+        "pytorch-directml 1.8 users",
+        (),
+        "no",
+        "the simulator raises PyTorch's 'Expected all tensors to be on the same device' instead",
+        "rewrite",
+        "the library's CUDA sites are rewritten (facexlib spec, discovery)",
+    ),
+    Failure(
+        "torch-replaced",
+        "a pip install replacing torch-directml's torch 2.4.1",
+        "ImportError: ...torch_directml_native...so: undefined symbol: "
+        "_ZN2at6native12cpu_fallback...",
+        "#415, #473, #494, #537, #544, #554, #569, #712",
+        (),
+        "no",
+        "an installation problem, not a device behaviour",
+        "command",
+        "dmlpatch pin: pip refuses to replace the pinned torch",
+    ),
+    Failure(
+        "plain-linux",
+        "torch-directml on Linux outside WSL2",
+        "OSError: libd3d12.so: cannot open shared object file: No such file or directory",
+        "torch-directml 0.2.5 on a plain Linux machine",
+        (),
+        "no",
+        "an installation problem, not a device behaviour",
+        "cannot",
+        "DirectML needs Windows or WSL2; dmlpatch doctor says so",
+    ),
+)
+
+_BY_KEY = {failure.key: failure for failure in FAILURES}
+
+
+def get(key: str) -> Failure:
+    """The entry named ``key`` (KeyError if there is none)."""
+    return _BY_KEY[key]
+
+
+def _operator(name: str) -> str:
+    """``aten::lerp.Scalar_out`` → ``aten::lerp``."""
+    return name.split(".", 1)[0]
+
+
+def for_gap(op: str, how: str, error: Optional[str] = None) -> tuple[Failure, ...]:
+    """The entries that explain one row of ``dmlpatch check``: operator ``op`` (any overload)
+    that was ``refused``, fell back (``fallback``) or was ``fixed``. ``error`` is the first line
+    of the exception that stopped the program: it picks the one entry whose text it is (and
+    names entries no operator does, such as inference mode). Without it an operator may have
+    several (``_unique2``: counts or inverse), and all are returned."""
+    if error:
+        for failure in FAILURES:
+            said = failure.text.split(": ", 1)[-1].split("<", 1)[0].split("...", 1)[0]
+            explains = not failure.ops or _operator(op) in failure.ops
+            if said and error.startswith(said) and explains:
+                return (failure,)
+    wanted = _operator(op)
+    candidates = [failure for failure in FAILURES if wanted in failure.ops]
+    if how == "refused":
+        refusals = [failure for failure in candidates if failure.simulated == "rule"]
+        candidates = refusals or candidates
+    return tuple(candidates)
+
+
+def table(markdown: bool = False) -> str:
+    """The catalogue as a table: Markdown for the README, aligned text for the terminal."""
+    header = ("failure", "DirectML says", "reported", "simulator", "dmlpatch")
+    rows = [
+        (
+            f"{failure.key}: {failure.what}",
+            failure.text or "(no exact text)",
+            failure.sources,
+            failure.simulated,
+            f"{failure.fix}: {failure.remedy}",
+        )
+        for failure in FAILURES
+    ]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in rows:
+            cells = [cell.replace("|", "\\|") for cell in row]
+            if row[1] != "(no exact text)":
+                cells[1] = f"`` {cells[1]} ``" if "`" in cells[1] else f"`{cells[1]}`"
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+    lines = []
+    for failure in FAILURES:
+        lines.append(f"{failure.key}  [{failure.simulated} / {failure.fix}]  {failure.what}")
+        lines.append(f"    DirectML: {failure.text or '(no exact text)'}  ({failure.sources})")
+        lines.append(f"    dmlpatch: {failure.remedy}")
+    return "\n".join(lines) + "\n"
+
+
+def summary() -> str:
+    """One line: how many entries, how many the simulated device reproduces, how many are fixed."""
+    by_default = sum(failure.simulated in ("rule", "op list", "pytorch") for failure in FAILURES)
+    on_request = sum(failure.simulated == "opt-in" for failure in FAILURES)
+    fixed = sum(failure.fix in ("kernel", "rewrite", "spec", "command") for failure in FAILURES)
+    return (
+        f"{len(FAILURES)} known torch-directml failures: {by_default} reproduced by the "
+        f"simulated device ({on_request} more on request), {fixed} fixed by dmlpatch"
+    )

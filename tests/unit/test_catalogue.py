@@ -1,0 +1,209 @@
+"""The catalogue of known torch-directml failures: consistent with the profiles and the fixes
+it names, shown in the README as generated, and each entry backed by a test."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from dmlpatch.gaps import catalogue, profiles, registered_ops
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Each entry's tests: the simulator reproduces it (without dmlpatch's fix) and, where there is
+#: a fix, the result equals the CPU with it. None: not reproducible here, and why.
+ENTRY_TESTS: dict[str, object] = {
+    "inference-mode": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_inference_mode_refuses_tensors_made_outside_it",
+        "tests/e2e/test_inference_mode.py::test_runner_runs_inference_mode_on_the_device",
+        "tests/e2e/test_inference_mode.py::test_activation_runs_inference_mode_on_the_device",
+    ],
+    "fused-rnn-cells": [
+        "tests/e2e/opfix/test_opfix_rnn.py::test_without_dmlpatch_every_recurrent_model_dies",
+        "tests/e2e/opfix/test_opfix_rnn.py::test_trains_three_steps_equal_to_cpu",
+    ],
+    "unique-counts": [
+        "tests/e2e/opfix/test_opfix_unique.py::test_refused_without_dmlpatch_and_counted_as_fixed_with_it",
+        "tests/e2e/opfix/test_opfix_unique.py::test_unique2_equals_cpu",
+    ],
+    "unique-inverse": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_refusals_in_0_2_5",
+        "tests/e2e/opfix/test_opfix_unique.py::test_unique2_equals_cpu",
+    ],
+    "avg-pool-divisor": [
+        "tests/e2e/opfix/test_opfix_families.py::test_avg_pool_divisor_refused_without_dmlpatch_and_gradient",
+        "tests/e2e/opfix/test_opfix_families.py::test_avg_pool_divisor_equals_cpu",
+    ],
+    "scatter-src-shape": [
+        "tests/e2e/opfix/test_opfix_families.py::test_scatter_refused_without_dmlpatch_and_gradient",
+        "tests/e2e/opfix/test_opfix_families.py::test_scatter_equals_cpu",
+    ],
+    "scatter-partial": [
+        "tests/e2e/opfix/test_opfix_families.py::test_scatter_refused_without_dmlpatch_and_gradient",
+        "tests/e2e/opfix/test_opfix_families.py::test_scatter_equals_cpu",
+    ],
+    "repeat-rank": [
+        "tests/e2e/opfix/test_opfix_families.py::test_repeat_refused_without_dmlpatch_and_gradient",
+        "tests/e2e/opfix/test_opfix_families.py::test_repeat_equals_cpu",
+    ],
+    "normal-1.8": ["tests/e2e/opfix/test_opfix_random_cpu_ops.py::test_normal_on_the_2022_package"],
+    "yolo-step-fallbacks": [
+        "tests/e2e/opfix/test_opfix_fallbacks.py::test_without_dmlpatch_directml_falls_back",
+        "tests/e2e/opfix/test_opfix_fallbacks.py::test_fixed_on_device_equal_to_cpu_without_copies",
+    ],
+    **{
+        key: [
+            "tests/e2e/opfix/test_opfix_everyday.py::test_without_dmlpatch_directml_falls_back",
+            "tests/e2e/opfix/test_opfix_everyday.py::test_fixed_on_device_equal_to_cpu_without_copies",
+        ]
+        for key in (
+            "isneginf",
+            "group-norm-backward",
+            "var-mean",
+            "cumprod",
+            "eye",
+            "logit",
+            "binary-cross-entropy",
+        )
+    },
+    **{
+        key: [
+            "tests/e2e/opfix/test_opfix_everyday.py::test_unfixed_failures_still_fall_back_and_stay_correct"
+        ]
+        for key in (
+            "grid-sampler",
+            "repeat-interleave",
+            "embedding-bag",
+            "linalg",
+            "upsample-nearest1d",
+            "complex",
+        )
+    },
+    "random-sampling": None,  # normal with tensor arguments: counted like any fallback
+    "dropout-backward": ["tests/unit/test_catalogue.py::test_entries_agree_with_the_op_list"],
+    "sparse-tensors": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml"
+    ],
+    "set-data": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml"
+    ],
+    "autocast": None,  # no release text pinned down; DirectML has no AMP
+    "float64": ["tests/e2e/sim/test_sim_fidelity.py::test_float64_switch"],
+    "scalar-writes": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_fault_injection_drops_scalar_writes"
+    ],
+    "bilinear-interpolate": None,  # no reproducing input in the report
+    "mixed-devices-1.8": [
+        "tests/e2e/gfpgan/test_facexlib_0_2.py::test_module_level_device_is_rewritten"
+    ],
+    "torch-replaced": ["tests/e2e/test_pin.py::test_pin_keeps_torch_and_unpin_gives_pip_back"],
+    "plain-linux": None,  # needs a Linux machine with torch-directml installed outside WSL2
+}
+
+
+def test_every_entry_has_its_tests_and_they_exist() -> None:
+    assert sorted(ENTRY_TESTS) == sorted(f.key for f in catalogue.FAILURES)
+    for key, tests in ENTRY_TESTS.items():
+        failure = catalogue.get(key)
+        if tests is None:
+            assert failure.simulated in ("no", "op list"), key
+            continue
+        assert isinstance(tests, list)
+        for test in tests:
+            path, name = test.split("::")
+            assert f"def {name}(" in (REPO / path).read_text(encoding="utf-8"), test
+
+
+def test_entries_are_well_formed() -> None:
+    keys = [f.key for f in catalogue.FAILURES]
+    assert len(keys) == len(set(keys))
+    for failure in catalogue.FAILURES:
+        assert failure.simulated in catalogue.SIMULATED, failure.key
+        assert failure.fix in catalogue.FIXES, failure.key
+        assert failure.what and failure.sources and failure.remedy, failure.key
+        assert all(op.startswith("aten::") and "." not in op for op in failure.ops), failure.key
+        if failure.simulated == "no":
+            assert failure.simulation, failure.key
+
+
+def test_kernel_fixes_name_modules_that_serve_their_operators() -> None:
+    for failure in catalogue.FAILURES:
+        if failure.fix != "kernel":
+            continue
+        module_name = failure.remedy.split(":")[0].split()[0]
+        module = importlib.import_module(module_name)
+        served = {kernel.op for kernel in module.KERNELS}
+        assert set(failure.ops) & served, failure.key
+
+
+def test_refusal_entries_have_the_profiles_texts() -> None:
+    rules = {
+        **{r.message: r for r in profiles.RULES_0_2_5},
+        **{r.message: r for r in profiles.RULES_1_8},
+    }
+    for failure in catalogue.FAILURES:
+        if failure.simulated != "rule":
+            continue
+        said = failure.text.split(": ", 1)[1].replace("<n>", "{n}")
+        if failure.key == "inference-mode":
+            assert said == profiles.INFERENCE_MODE_TEXT
+            assert profiles.resolve().refuses_inference_mode
+            continue
+        assert said in rules, failure.key
+        assert rules[said].op in failure.ops, failure.key
+
+
+def test_entries_agree_with_the_op_list() -> None:
+    native = registered_ops.native_set(registered_ops.listed_ops(), None)
+    native_operators = {"aten::" + name.split(".", 1)[0] for name in native}
+    for failure in catalogue.FAILURES:
+        if failure.simulated == "op list":
+            assert not set(failure.ops) & native_operators, failure.key
+    # Reported on earlier releases, native in 0.2.5's list: nothing to reproduce.
+    assert "native_dropout_backward" in native
+    assert catalogue.get("dropout-backward").simulated == "no"
+
+
+@pytest.mark.parametrize(
+    ("op", "how", "error", "expected"),
+    [
+        ("aten::_unique2", "fixed", None, "unique-counts/unique-inverse"),
+        (
+            "aten::_unique2",
+            "refused",
+            "Return inverse not implemented for unique operator for DirectML.",
+            "unique-inverse",
+        ),
+        (
+            "aten::addmm",
+            "refused",
+            "Cannot set version_counter for inference tensor",
+            "inference-mode",
+        ),
+        (
+            "aten::repeat",
+            "refused",
+            "the dimesion of at::Tensor must be 4 or lower, but got 6",
+            "repeat-rank",
+        ),
+        ("aten::lerp.Scalar_out", "fixed", None, "yolo-step-fallbacks"),
+        ("aten::isneginf.out", "fallback", None, "isneginf"),
+        ("aten::_thnn_fused_gru_cell", "fixed", None, "fused-rnn-cells"),
+        ("aten::hypot.out", "fallback", None, ""),
+    ],
+)
+def test_check_rows_name_their_entry(op: str, how: str, error: object, expected: str) -> None:
+    found = catalogue.for_gap(op, how, error if isinstance(error, str) else None)
+    assert "/".join(f.key for f in found) == expected
+
+
+def test_readme_shows_the_catalogue_as_generated() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert catalogue.table(markdown=True) in readme
+
+
+def test_summary_counts() -> None:
+    line = catalogue.summary()
+    assert line.startswith(f"{len(catalogue.FAILURES)} known torch-directml failures: ")
