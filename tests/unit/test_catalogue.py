@@ -84,7 +84,9 @@ ENTRY_TESTS: dict[str, object] = {
     "random-sampling": None,  # normal with tensor arguments: counted like any fallback
     "dropout-backward": ["tests/unit/test_catalogue.py::test_entries_agree_with_the_op_list"],
     "sparse-tensors": [
-        "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml"
+        "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml",
+        "tests/e2e/opfix/test_opfix_sparse.py::test_without_dmlpatch_the_move_fails",
+        "tests/e2e/opfix/test_opfix_sparse.py::test_sparse_buffer_stays_on_the_cpu_as_the_model_moves",
     ],
     "set-data": [
         "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml"

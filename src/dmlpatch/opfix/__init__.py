@@ -20,6 +20,7 @@ normalization ``native_group_norm_backward`` (every diffusion UNet/VAE training 
 statistics    ``var_mean``, ``cumprod``
 factories     ``eye``
 losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward
+sparse        sparse tensors moved to the device stay on the CPU (whisper's sparse buffer)
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -66,6 +67,7 @@ FAMILIES = (
     "statistics",
     "factories",
     "losses",
+    "sparse",
 )
 
 
