@@ -269,8 +269,9 @@ FAILURES: tuple[Failure, ...] = (
         ("aten::grid_sampler_2d", "aten::grid_sampler_2d_backward"),
         "op list",
         "CPU fallback with DirectML's warning",
-        "none",
-        "runs through the CPU fallback (copies counted by dmlpatch check)",
+        "kernel",
+        "dmlpatch.opfix.sampling: bilinear and nearest with zeros or border padding, forward "
+        "and backward; bicubic and reflection still through the CPU",
     ),
     Failure(
         "repeat-interleave",
@@ -374,8 +375,9 @@ FAILURES: tuple[Failure, ...] = (
         (),
         "pytorch",
         "PyTorch raises it for the simulated device as for DirectML",
-        "none",
-        "not fixed yet",
+        "spec",
+        "ultralytics spec: RepConv.fuse_convs fuses on the CPU and moves back; other "
+        "libraries' .data assignments across devices are not rewritten",
     ),
     Failure(
         "autocast",

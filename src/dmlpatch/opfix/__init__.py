@@ -21,6 +21,7 @@ statistics    ``var_mean``, ``cumprod``
 factories     ``eye``
 losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward
 sparse        sparse tensors moved to the device stay on the CPU (whisper's sparse buffer)
+sampling      ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -68,6 +69,7 @@ FAMILIES = (
     "factories",
     "losses",
     "sparse",
+    "sampling",
 )
 
 

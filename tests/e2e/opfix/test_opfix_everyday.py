@@ -91,6 +91,21 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (torch.linspace(0.0001, 0.02, 1000),),
         "aten::cumprod.out",
     ),
+    **{
+        f"grid_sample {mode} {padding} align_corners={align}": (
+            _grads(
+                lambda x, g, mode=mode, padding=padding, align=align: F.grid_sample(
+                    x, g, mode=mode, padding_mode=padding, align_corners=align
+                ),
+                wrt=2 if mode == "bilinear" else 1,
+            ),
+            (torch.randn(2, 3, 7, 9), torch.rand(2, 4, 5, 2) * 2.4 - 1.2),
+            "aten::grid_sampler_2d",
+        )
+        for mode in ("bilinear", "nearest")
+        for padding in ("zeros", "border")
+        for align in (False, True)
+    },
     "eye": (
         lambda x: torch.eye(4, 6, device=x.device) + x,
         (torch.zeros(4, 6),),
@@ -183,9 +198,9 @@ def test_errors_match_the_cpu(dev: torch.device) -> None:
 #: Catalogued failures dmlpatch does not fix yet: with the fixes installed they still fall back
 #: (and stay correct through the CPU), so ``dmlpatch check`` must go on counting them.
 STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
-    "grid-sampler": (
-        _grads(lambda x, g: F.grid_sample(x, g, align_corners=False), wrt=2),
-        (torch.randn(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2 - 1),
+    "grid_sample reflection (through the CPU)": (
+        lambda x, g: F.grid_sample(x, g, padding_mode="reflection", align_corners=False),
+        (torch.randn(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2.4 - 1.2),
         "aten::grid_sampler_2d",
     ),
     "repeat-interleave": (

@@ -269,6 +269,8 @@ def test_api_on_sim_matches_cpu_with_every_copy_accounted(ws: Workspace) -> None
     assert sim["conv_devices"] == ["privateuseone:0 privateuseone:0"]
     assert sim["parameters"] == ["privateuseone:0"]
     assert sim["predicted"] == cpu["predicted"]
+    assert sim["predicted_in_inference_mode"] == cpu["predicted_in_inference_mode"]
+    assert sim["predicted_in_inference_mode"] == sim["predicted"]
     assert sim["predict_device"] == "privateuseone:0"
     for step in sim["steps"]:
         copies = step["copies"]
@@ -287,6 +289,57 @@ def test_api_on_sim_matches_cpu_with_every_copy_accounted(ws: Workspace) -> None
         # The progress line reads the losses as Python numbers (scalar reads, not copies).
         assert copies["logging"] == {"h2d": 0, "d2h": 0, "d2d": 0, "fallback": 0, "refused": 0}
     assert ws.network_attempts() == []
+
+
+REPCONV = """
+import json, torch
+from ultralytics.nn.modules.conv import RepConv
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+torch.manual_seed(0)
+module = RepConv(8, 8).eval()
+for bn in (module.conv1.bn, module.conv2.bn):
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+module = module.to(device)
+x = torch.randn(1, 8, 6, 6, generator=torch.Generator().manual_seed(1)).to(device)
+with torch.no_grad():
+    before = module(x)
+    module.fuse_convs()  # RT-DETR's 'Validating best.pt'
+    after = module.forward_fuse(x)
+print(json.dumps({"device": str(module.conv.weight.device), "before": before.cpu().tolist(),
+                  "after": after.cpu().tolist()}))
+"""
+
+
+def test_rtdetr_repconv_fuses_on_directml(ws: Workspace, tmp_path: Path) -> None:
+    script = tmp_path / "fuse.py"
+    script.write_text(REPCONV)
+    plain = run_python([str(script)], env=ws.env())
+    _assert_ok(plain)
+    patched = run_python(["-m", "dmlpatch", "--device", "sim", str(script)], env=ws.env())
+    _assert_ok(patched)
+    expected, got = json.loads(plain.out), json.loads(patched.out)
+    assert got["device"] == "privateuseone:0" and expected["device"] == "cpu"
+    assert torch.allclose(torch.tensor(got["after"]), torch.tensor(expected["after"]), atol=1e-5)
+    assert torch.allclose(torch.tensor(got["after"]), torch.tensor(got["before"]), atol=1e-5)
+    # Without the spec, PyTorch refuses the fused module's .data assignment across devices.
+    unpatched = run_python(
+        [
+            "-c",
+            "from dmlpatch import sim; sim.load()\n"
+            + REPCONV.replace(
+                'torch.device("cuda" if torch.cuda.is_available() else "cpu")', "sim.device(0)"
+            ),
+        ],
+        env=ws.env(),
+    )
+    assert unpatched.code == 1
+    assert (
+        unpatched.err.rstrip()
+        .splitlines()[-1]
+        .startswith("RuntimeError: Attempted to call `variable.set_data(tensor)`")
+    )
 
 
 # -- without dmlpatch, and bad requests --------------------------------------------------------

@@ -114,6 +114,10 @@ def main(data: str, project: str, out: str, device: str, amp: str) -> None:
     metrics = model.val(data=data, imgsz=64, batch=4, device=device, plots=False)
     images = Path(data).parent / "images" / "val"
     results = model.predict(source=str(images), imgsz=64, device=device, conf=0.001)
+    # A user's own inference mode around the predictor (DirectML refuses the model's parameters
+    # inside it: microsoft/DirectML#602).
+    with torch.inference_mode():
+        again = model.predict(source=str(images), imgsz=64, device=device, conf=0.001)
     Path(out).write_text(
         json.dumps(
             {
@@ -122,6 +126,7 @@ def main(data: str, project: str, out: str, device: str, amp: str) -> None:
                 "parameters": sorted(parameters),
                 "val_fitness": float(metrics.fitness),
                 "predicted": [len(r.boxes) for r in results],
+                "predicted_in_inference_mode": [len(r.boxes) for r in again],
                 "predict_device": str(results[0].boxes.data.device),
             },
             indent=2,

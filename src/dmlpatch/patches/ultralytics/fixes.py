@@ -381,6 +381,26 @@ def inference_mode_decorator(
     return decorate_per_call
 
 
+def fuse_on_host(
+    wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``RepConv.fuse_convs``: on DirectML, the module is fused on the CPU and moved back.
+
+    It builds the fused ``nn.Conv2d`` on the CPU and gives it the branches' kernel through
+    ``.data``, which PyTorch refuses across the CPU and a PrivateUse1 device. Moving the module
+    (a copy of its few tensors, once per fusion) keeps the arithmetic exactly ultralytics'.
+    """
+    parameter = next(iter(instance.parameters()), None)
+    if parameter is None or parameter.device.type != DEVICE_TYPE:
+        return wrapped(*args, **kwargs)
+    device = parameter.device
+    instance.to("cpu")
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        instance.to(device)
+
+
 def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``check_amp``: False on DirectML, with one warning, before any download or AMP run."""
     bound = bound_arguments(wrapped, args, kwargs)

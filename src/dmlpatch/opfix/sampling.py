@@ -1,0 +1,101 @@
+"""``grid_sampler_2d`` (``F.grid_sample``), which torch-directml 0.2.5 runs on the CPU forward
+and backward, composed on the device.
+
+RT-DETR's deformable attention samples every feature level with it on every step, and spatial
+transformers and optical-flow warps are built on it. Bilinear and nearest sampling with zeros
+or border padding (what those models use) are composed of gathers, registered at
+``AutogradPrivateUse1`` so that autograd differentiates the composition (the input's gradient
+is a scatter-add, the grid's flows through the interpolation weights); the CPU kernel's
+arithmetic is followed: ``unnormalize`` as ``GridSampler.h``, the four corner weights as its
+``nw``/``ne``/``sw``/``se``, nearest as round-half-to-even. Bicubic sampling and reflection
+padding go through the CPU, as DirectML's fallback would, and are counted as fallbacks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel
+
+_BILINEAR, _NEAREST = 0, 1
+_ZEROS, _BORDER = 0, 1
+
+
+def _unnormalize(coordinate: torch.Tensor, size: int, align_corners: bool) -> torch.Tensor:
+    if align_corners:
+        return (coordinate + 1) / 2 * (size - 1)
+    return ((coordinate + 1) * size - 1) / 2
+
+
+def _source_index(
+    coordinate: torch.Tensor, size: int, padding_mode: int, align_corners: bool
+) -> torch.Tensor:
+    index = _unnormalize(coordinate, size, align_corners)
+    if padding_mode == _BORDER:
+        index = index.clamp(0, size - 1)
+    return index
+
+
+def _gather(
+    flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, width: int, height: int
+) -> torch.Tensor:
+    """``input[n, :, y, x]`` for integer-valued coordinates ``(N, P)``, 0 outside the image."""
+    inside = (x >= 0) & (x <= width - 1) & (y >= 0) & (y <= height - 1)
+    index = (y.clamp(0, height - 1) * width + x.clamp(0, width - 1)).long()
+    channels = flat.shape[1]
+    values = flat.gather(2, index.unsqueeze(1).expand(-1, channels, -1))
+    return values * inside.unsqueeze(1).to(flat.dtype)
+
+
+def _on_device(
+    input: torch.Tensor,
+    grid: torch.Tensor,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+) -> torch.Tensor:
+    n, c, height, width = input.shape
+    out_h, out_w = grid.shape[1], grid.shape[2]
+    ix = _source_index(grid[..., 0].reshape(n, -1), width, padding_mode, align_corners)
+    iy = _source_index(grid[..., 1].reshape(n, -1), height, padding_mode, align_corners)
+    flat = input.reshape(n, c, height * width)
+    if interpolation_mode == _NEAREST:
+        out = _gather(flat, torch.round(ix), torch.round(iy), width, height)
+        return out.reshape(n, c, out_h, out_w)
+    ix_nw, iy_nw = torch.floor(ix), torch.floor(iy)
+    ix_ne, iy_ne = ix_nw + 1, iy_nw
+    ix_sw, iy_sw = ix_nw, iy_nw + 1
+    ix_se, iy_se = ix_nw + 1, iy_nw + 1
+    nw = ((ix_se - ix) * (iy_se - iy)).unsqueeze(1)
+    ne = ((ix - ix_sw) * (iy_sw - iy)).unsqueeze(1)
+    sw = ((ix_ne - ix) * (iy - iy_ne)).unsqueeze(1)
+    se = ((ix - ix_nw) * (iy - iy_nw)).unsqueeze(1)
+    out = _gather(flat, ix_nw.detach(), iy_nw.detach(), width, height) * nw
+    out = out + _gather(flat, ix_ne.detach(), iy_ne.detach(), width, height) * ne
+    out = out + _gather(flat, ix_sw.detach(), iy_sw.detach(), width, height) * sw
+    out = out + _gather(flat, ix_se.detach(), iy_se.detach(), width, height) * se
+    return out.reshape(n, c, out_h, out_w)
+
+
+def _grid_sampler_2d(
+    input: torch.Tensor,
+    grid: torch.Tensor,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+) -> torch.Tensor:
+    if interpolation_mode in (_BILINEAR, _NEAREST) and padding_mode in (_ZEROS, _BORDER):
+        record("fixed", "aten::grid_sampler_2d")
+        return _on_device(input, grid, interpolation_mode, padding_mode, align_corners)
+    # Bicubic, reflection: through the CPU, differentiably, as DirectML's fallback does.
+    copies = 3
+    nbytes = (input.numel() + grid.numel()) * input.element_size()
+    record("fallback", "aten::grid_sampler_2d", copies, nbytes)
+    out = torch.grid_sampler_2d(
+        input.cpu(), grid.cpu(), interpolation_mode, padding_mode, align_corners
+    )
+    return out.to(input.device)
+
+
+KERNELS = (Kernel("grid_sampler_2d", _grid_sampler_2d, "fallback", "AutogradPrivateUse1"),)
