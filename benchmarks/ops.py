@@ -76,7 +76,7 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
     }
 
     def group_norm_backward(d: torch.device) -> Any:
-        m, x, w, mean, rstd = tensors[d][:5]
+        x, w, mean, rstd = tensors[d][1:5]
         return torch.ops.aten.native_group_norm_backward(
             x, x, mean, rstd, w, 8, 64, 1024, 32, [True, True, True]
         )
@@ -86,11 +86,11 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
         "group_norm backward": ("aten::native_group_norm_backward", group_norm_backward),
         "lstm cell (missing)": (
             "",
-            lambda d: torch.ops.aten._thnn_fused_lstm_cell(
-                tensors[d][5], tensors[d][5], tensors[d][6]
-            )
-            if d != torch.device("cpu")
-            else torch.lstm_cell(tensors[d][6], (tensors[d][6], tensors[d][6]), *_lstm(d)),
+            lambda d: (
+                torch.ops.aten._thnn_fused_lstm_cell(tensors[d][5], tensors[d][5], tensors[d][6])
+                if d != torch.device("cpu")
+                else torch.lstm_cell(tensors[d][6], (tensors[d][6], tensors[d][6]), *_lstm(d))
+            ),
         ),
         "var_mean": ("aten::var_mean", lambda d: torch.var_mean(tensors[d][10], dim=1)),
         "cumprod(1000)": ("aten::cumprod", lambda d: torch.cumprod(1 - tensors[d][9], 0)),

@@ -219,6 +219,11 @@ STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]
         (torch.randn(1, 2, 5),),
         "aten::upsample_nearest1d.out",
     ),
+    "count-nonzero": (
+        lambda x: torch.count_nonzero(x, dim=1),
+        (torch.tensor([[0.0, 1.0, 2.0], [0.0, 0.0, 3.0]]),),
+        "aten::count_nonzero.dim_IntList",
+    ),
     "complex": (
         lambda x: torch.stft(x, 16, return_complex=True).abs(),
         (torch.randn(64),),
