@@ -40,6 +40,25 @@ def test_views_and_in_place(dev: torch.device) -> None:
     assert got.view(-1)._base is got
 
 
+def test_views_made_by_cpu_kernels_are_normal_tensors(dev: torch.device) -> None:
+    # unfold has no kernel of the simulator's own: the CPU kernel's view becomes a device view,
+    # which must carry autograd's keys like its base (whisper's median filter, outside any
+    # inference mode, once failed with "Cannot set version_counter for inference tensor").
+    base = torch.arange(12.0).reshape(3, 4).to(dev).requires_grad_()
+    windows = base.unfold(1, 2, 1)
+    assert not windows.is_inference() and windows._base is base
+    windows.sum().backward()
+    assert torch.equal(base.grad.cpu(), torch.tensor([[1.0, 2.0, 2.0, 1.0]] * 3))
+    with torch.no_grad():
+        padded = torch.nn.functional.pad(base[None], (1, 1), mode="reflect")
+        assert torch.equal(
+            padded.unfold(-1, 3, 1).sort()[0].cpu(),
+            torch.nn.functional.pad(base.detach().cpu()[None], (1, 1), mode="reflect")
+            .unfold(-1, 3, 1)
+            .sort()[0],
+        )
+
+
 def test_out_and_resize(dev: torch.device) -> None:
     a, b = torch.randn(3, 5), torch.randn(3, 5)
     out = torch.empty(0, device=dev)

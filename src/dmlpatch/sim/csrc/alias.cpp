@@ -61,10 +61,16 @@ at::Tensor adopt_cpu(const at::Tensor& r, c10::DeviceIndex index) {
   return t;
 }
 
-at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& cpu_view) {
+at::Tensor device_view(const at::Tensor& base, const at::Tensor& cpu_view) {
+  // The view constructor takes the key set as given, as PyTorch's own views do with their
+  // base's: a bare PrivateUse1 set would make an inference tensor, whose version counter the
+  // view machinery may not set.
+  const c10::DispatchKeySet keys =
+      base.key_set().remove(c10::DispatchKey::Conjugate).remove(c10::DispatchKey::Negative);
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
-      c10::TensorImpl::VIEW, c10::Storage(device_storage),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), cpu_view.dtype());
+      c10::TensorImpl::VIEW, c10::Storage(base.storage()), keys, cpu_view.dtype());
+  t.unsafeGetTensorImpl()->_set_conj(cpu_view.is_conj());
+  t.unsafeGetTensorImpl()->_set_neg(cpu_view.is_neg());
   copy_geometry(cpu_view, t);
   return t;
 }

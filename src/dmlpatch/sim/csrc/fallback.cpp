@@ -161,7 +161,7 @@ int64_t nbytes_of(const at::Tensor& t) {
 struct Call {
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 8> storages;
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 8> tensors;  // (device, CPU alias)
-  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> fresh;
+  c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 4> fresh;  // adopted results
   // Per schema argument: the device tensor it held (for written-argument copies), or null.
   c10::SmallVector<const c10::TensorImpl*, 8> written;
   c10::DeviceIndex index = -1;
@@ -238,7 +238,7 @@ struct Call {
       if (p.second.unsafeGetStorageImpl() == si) {
         for (const auto& t : tensors) {
           if (t.second.storage().unsafeGetStorageImpl() == si) {
-            return device_view(t.first.storage(), r);
+            return device_view(t.first, r);
           }
         }
       }
@@ -251,7 +251,7 @@ struct Call {
     at::Tensor t = adopt_cpu(r, target);
     adopted += 1;
     adopted_bytes += nbytes_of(r);
-    fresh.emplace_back(si, t.storage());
+    fresh.emplace_back(si, t);
     return t;
   }
 

@@ -88,7 +88,8 @@ c10::Storage cpu_storage_alias(const c10::Storage& device_storage);
 at::Tensor cpu_view_of(const c10::Storage& cpu_storage, const at::Tensor& t);
 // A simulated tensor adopting the memory of a CPU tensor `r` (kept alive, not copied).
 at::Tensor adopt_cpu(const at::Tensor& r, c10::DeviceIndex index);
-at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& cpu_view);
+// A simulated tensor with `cpu_view`'s geometry over `base`'s storage, keyed like `base`.
+at::Tensor device_view(const at::Tensor& base, const at::Tensor& cpu_view);
 // After a CPU kernel wrote to `cpu` (an alias of `dev`), make `dev` match it: new shape,
 // and new memory if the kernel had to reallocate.
 void sync_back(const at::Tensor& dev, const at::Tensor& cpu);
