@@ -19,6 +19,10 @@ fi
   basicsr==1.4.2 facexlib==0.3.0 gfpgan==1.3.8 realesrgan==0.3.0 ultralytics==8.4.190
 # ultralytics 8.4 pickles its trainer for DDP ranks with cloudpickle (an optional dependency).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check cloudpickle==3.1.2
+# The libraries DirectML users run most, for the known-failure tests (whisper's sparse buffer,
+# transformers' attention masks, diffusers' group norms). The constraint keeps the torch above.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  openai-whisper==20250625 transformers==4.57.6 diffusers==0.35.2
 # The early-2024 ultralytics line for the version-gate tests, beside the venv.
 if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
