@@ -19,6 +19,8 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/sim/test_sim_fidelity.py::test_inference_mode_refuses_tensors_made_outside_it",
         "tests/e2e/test_inference_mode.py::test_runner_runs_inference_mode_on_the_device",
         "tests/e2e/test_inference_mode.py::test_activation_runs_inference_mode_on_the_device",
+        "tests/e2e/libraries/test_transformers_diffusers.py::test_transformers_encoder_without_dmlpatch_dies_in_inference_mode",
+        "tests/e2e/libraries/test_transformers_diffusers.py::test_transformers_encoder_under_inference_mode_with_no_fallback",
     ],
     "fused-rnn-cells": [
         "tests/e2e/opfix/test_opfix_rnn.py::test_without_dmlpatch_every_recurrent_model_dies",
@@ -49,9 +51,15 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/opfix/test_opfix_families.py::test_repeat_equals_cpu",
     ],
     "normal-1.8": ["tests/e2e/opfix/test_opfix_random_cpu_ops.py::test_normal_on_the_2022_package"],
-    "yolo-step-fallbacks": [
+    "step-fallbacks": [
         "tests/e2e/opfix/test_opfix_fallbacks.py::test_without_dmlpatch_directml_falls_back",
         "tests/e2e/opfix/test_opfix_fallbacks.py::test_fixed_on_device_equal_to_cpu_without_copies",
+    ],
+    "group-norm-backward": [
+        "tests/e2e/opfix/test_opfix_everyday.py::test_without_dmlpatch_directml_falls_back",
+        "tests/e2e/opfix/test_opfix_everyday.py::test_fixed_on_device_equal_to_cpu_without_copies",
+        "tests/e2e/libraries/test_transformers_diffusers.py::test_diffusers_unet_without_dmlpatch_falls_back_every_step",
+        "tests/e2e/libraries/test_transformers_diffusers.py::test_diffusers_unet_training_step_with_no_fallback",
     ],
     **{
         key: [
@@ -60,7 +68,6 @@ ENTRY_TESTS: dict[str, object] = {
         ]
         for key in (
             "isneginf",
-            "group-norm-backward",
             "var-mean",
             "cumprod",
             "eye",
@@ -103,6 +110,8 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml",
         "tests/e2e/opfix/test_opfix_sparse.py::test_without_dmlpatch_the_move_fails",
         "tests/e2e/opfix/test_opfix_sparse.py::test_sparse_buffer_stays_on_the_cpu_as_the_model_moves",
+        "tests/e2e/libraries/test_whisper.py::test_without_dmlpatch_load_model_fails_on_the_sparse_buffer",
+        "tests/e2e/libraries/test_whisper.py::test_load_model_and_transcribe_on_the_device_equal_to_cpu",
     ],
     "set-data": [
         "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml",
@@ -207,7 +216,7 @@ def test_entries_agree_with_the_op_list() -> None:
             "the dimesion of at::Tensor must be 4 or lower, but got 6",
             "repeat-rank",
         ),
-        ("aten::lerp.Scalar_out", "fixed", None, "yolo-step-fallbacks"),
+        ("aten::lerp.Scalar_out", "fixed", None, "step-fallbacks"),
         ("aten::isneginf.out", "fallback", None, "isneginf"),
         ("aten::_thnn_fused_gru_cell", "fixed", None, "fused-rnn-cells"),
         ("aten::hypot.out", "fallback", None, ""),

@@ -165,9 +165,9 @@ FAILURES: tuple[Failure, ...] = (
         "dmlpatch.opfix.random: Box-Muller from uniform_",
     ),
     Failure(
-        "yolo-step-fallbacks",
-        "silu_backward, lerp (EMA), nan_to_num, addmv, bincount, log_sigmoid: every YOLO "
-        "training step",
+        "step-fallbacks",
+        "silu_backward, lerp (EMA, Adam), nan_to_num, addmv, bincount, log_sigmoid: every "
+        "training step of YOLO, diffusion UNets and most SiLU models",
         _fallback("aten::silu_backward.grad_input"),
         "0.2.5 op list; ultralytics#13620 (no faster than the CPU)",
         (

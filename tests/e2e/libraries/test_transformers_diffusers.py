@@ -1,0 +1,165 @@
+"""A transformers encoder (inference) and a diffusers UNet (a training step) on DirectML: with
+dmlpatch they run with no CPU fallback, equal to the CPU; without it, the encoder dies in
+``torch.inference_mode`` (microsoft/DirectML#602) and the UNet's every step sends its group
+norms' backward, SiLU's backward and the attention mask to the CPU.
+
+Models are random-init, saved with ``save_pretrained`` beside a hand-built WordPiece vocabulary;
+``dmlpatch check --json`` runs each program on the simulated device and reports every operator
+that was fixed, fell back or was refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support import clean_env, run_python
+
+MAKE_BERT = """
+import sys, torch
+from pathlib import Path
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+out = Path(sys.argv[1])
+words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a",
+         "dog", "ran", "."]
+out.mkdir(parents=True)
+(out / "vocab.txt").write_text("\\n".join(words) + "\\n")
+BertTokenizerFast(vocab_file=str(out / "vocab.txt")).save_pretrained(out)
+torch.manual_seed(0)
+config = BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+BertModel(config).save_pretrained(out)
+"""
+
+ENCODE = """
+import json, sys, torch
+from transformers import AutoModel, AutoTokenizer
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+model = AutoModel.from_pretrained(sys.argv[1]).to(device).eval()
+batch = tokenizer(["the cat sat on the mat .", "a dog ran ."], padding=True,
+                  return_tensors="pt").to(device)
+with torch.inference_mode():
+    hidden = model(**batch).last_hidden_state
+mask = batch["attention_mask"].unsqueeze(-1)
+embeddings = (hidden * mask).sum(1) / mask.sum(1)
+print(json.dumps({"device": str(hidden.device), "values": embeddings.cpu().tolist()}))
+"""
+
+UNET_STEP = """
+import json, torch
+import torch.nn.functional as F
+from diffusers import DDPMScheduler, UNet2DModel
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+torch.manual_seed(0)
+model = UNet2DModel(
+    sample_size=16, in_channels=3, out_channels=3, layers_per_block=1,
+    block_out_channels=(32, 64), norm_num_groups=8,
+    down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+    up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+).to(device)
+scheduler = DDPMScheduler(num_train_timesteps=100)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+generator = torch.Generator().manual_seed(1)
+losses = []
+for step in range(2):
+    clean = torch.randn(2, 3, 16, 16, generator=generator).to(device)
+    noise = torch.randn(2, 3, 16, 16, generator=generator).to(device)
+    timesteps = torch.randint(0, 100, (2,), generator=generator).to(device)
+    loss = F.mse_loss(model(scheduler.add_noise(clean, noise, timesteps), timesteps).sample, noise)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.item())
+print(json.dumps({"device": str(next(model.parameters()).device), "values": [losses]}))
+"""
+
+
+def _run_both(tmp_path: Path, program: str, *args: str) -> tuple[dict, dict, dict[str, Any]]:
+    script = tmp_path / "program.py"
+    script.write_text(program)
+    env = clean_env(HF_HUB_OFFLINE="1")
+    plain = run_python([str(script), *args], cwd=tmp_path, env=env)
+    assert plain.code == 0, plain.err[-3000:]
+    report = tmp_path / "check.json"
+    checked = run_python(
+        ["-m", "dmlpatch", "check", "--json", str(report), str(script), *args],
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert checked.code == 0, checked.err[-3000:]
+    return json.loads(plain.out), json.loads(checked.out), json.loads(report.read_text())
+
+
+def _close(got: list, expected: list, rel: float) -> None:
+    for row, expected_row in zip(got, expected):
+        assert row == pytest.approx(expected_row, rel=rel, abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("bert") / "tiny-bert"
+    made = run_python(["-c", MAKE_BERT, str(directory)], env=clean_env(HF_HUB_OFFLINE="1"))
+    assert made.code == 0, made.err[-3000:]
+    return directory
+
+
+def test_transformers_encoder_under_inference_mode_with_no_fallback(
+    tmp_path: Path, bert: Path
+) -> None:
+    expected, got, report = _run_both(tmp_path, ENCODE, str(bert))
+    assert expected["device"] == "cpu" and got["device"] == "privateuseone:0"
+    _close(got["values"], expected["values"], rel=1e-5)
+    hows = {row["op"]: row["how"] for row in report["ops"]}
+    assert "fallback" not in hows.values() and "refused" not in hows.values(), hows
+    assert hows["aten::isneginf.out"] == "fixed"  # the attention mask, on the device
+    assert report["status"] == "runs"
+
+
+def test_transformers_encoder_without_dmlpatch_dies_in_inference_mode(
+    tmp_path: Path, bert: Path
+) -> None:
+    by_hand = "import dmlpatch.sim as sim\nsim.load()\n" + ENCODE.replace(
+        'device = "cuda" if torch.cuda.is_available() else "cpu"', "device = sim.device(0)"
+    )
+    result = run_python(["-c", by_hand, str(bert)], env=clean_env(HF_HUB_OFFLINE="1"))
+    assert result.code == 1
+    assert result.err.rstrip().splitlines()[-1] == (
+        "RuntimeError: Cannot set version_counter for inference tensor"
+    )
+
+
+def test_diffusers_unet_training_step_with_no_fallback(tmp_path: Path) -> None:
+    expected, got, report = _run_both(tmp_path, UNET_STEP)
+    assert expected["device"] == "cpu" and got["device"] == "privateuseone:0"
+    _close(got["values"], expected["values"], rel=1e-4)
+    hows = {row["op"]: row["how"] for row in report["ops"]}
+    assert "fallback" not in hows.values() and "refused" not in hows.values(), hows
+    for op in ("aten::native_group_norm_backward", "aten::silu_backward.grad_input"):
+        assert hows[op] == "fixed", hows
+
+
+def test_diffusers_unet_without_dmlpatch_falls_back_every_step(tmp_path: Path) -> None:
+    by_hand = (
+        "import warnings, dmlpatch.sim as sim\nsim.load()\nwarnings.simplefilter('ignore')\n"
+        + UNET_STEP.replace(
+            'device = "cuda" if torch.cuda.is_available() else "cpu"', "device = sim.device(0)"
+        )
+        + "print(json.dumps(sorted(sim.counters()['ops']['fallback'])))\n"
+    )
+    result = run_python(["-c", by_hand], env=clean_env(HF_HUB_OFFLINE="1"))
+    assert result.code == 0, result.err[-3000:]
+    fallbacks = json.loads(result.out.splitlines()[-1])
+    for op in (
+        "aten::isneginf.out",
+        "aten::native_group_norm_backward",
+        "aten::silu_backward.grad_input",
+    ):
+        assert op in fallbacks, fallbacks
