@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import clean_env, linked_venv, run_python
+from support import REPO, clean_env, linked_venv, run_python
 
 MAIN = """
 import json, torch
@@ -114,3 +114,53 @@ def test_the_same_project_fails_on_directml_without_the_rewrite(project: Path) -
     assert result.err.strip().splitlines()[-1] == (
         "RuntimeError: Cannot set version_counter for inference tensor"
     )
+
+
+CORPUS_DRIVER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import inference_mode
+print(json.dumps(inference_mode.run()))
+"""
+
+
+def test_every_form_of_inference_mode_is_grad_mode_off_on_directml(tmp_path: Path) -> None:
+    """The corpus of inference_mode idioms (with, decorators, bare, False, generators),
+    rewritten by discovery on the simulated device: same results and grad modes as a plain
+    CPU run, without inference tensors."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(CORPUS_DRIVER)
+    corpus = str(REPO / "tests" / "corpus")
+    plain = run_python([str(driver), corpus], cwd=tmp_path)
+    assert plain.code == 0, plain.err
+    patched = run_python(["-m", "dmlpatch", "--device", "sim", str(driver), corpus], cwd=tmp_path)
+    assert patched.code == 0, patched.err
+    expected, got = json.loads(plain.out), json.loads(patched.out)
+    assert expected.pop("inside_is_inference") is True  # torch's own inference mode
+    assert got.pop("inside_is_inference") is False
+    assert got == expected
+    assert expected["grad_inside"] is False and expected["trains_inside"] is True
+
+
+DECIDED_PER_ENTRY = """
+import torch
+from dmlpatch.rewriting.inference import inference_mode
+
+@inference_mode()
+def made():
+    return torch.ones(1).is_inference(), torch.is_grad_enabled()
+
+before = made()  # no DirectML backend yet: torch's inference mode
+import dmlpatch.sim as sim
+sim.load()  # as ultralytics' device=sim does, long after the decorator ran
+after = made()
+with inference_mode(), inference_mode(False):
+    enabled = torch.is_grad_enabled()
+print(before, after, enabled)
+"""
+
+
+def test_inference_mode_is_decided_at_each_entry_not_when_decorating() -> None:
+    result = run_python(["-c", DECIDED_PER_ENTRY])
+    assert result.code == 0, result.err
+    assert result.out.split() == ["(True,", "False)", "(False,", "False)", "True"]

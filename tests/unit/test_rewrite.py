@@ -575,38 +575,3 @@ def test_a_bad_ordinal_points_at_the_original_line_and_column(tmp_path: Path, on
     assert (frame.lineno, frame.line) == (line, lines[line - 1].strip())
     if sys.version_info >= (3, 11):  # column positions in tracebacks are new in 3.11
         assert frame.colno == lines[line - 1].index('f"cuda:{index}"')
-
-
-def test_inference_mode_on_directml_is_grad_mode_off_without_inference_tensors(
-    tmp_path: Path, on_device
-) -> None:
-    """DirectML's kernels refuse parameters inside inference mode (microsoft/DirectML#602): in
-    rewritten code it is ``no_grad`` there, with the same results and the same grad modes."""
-    on_device(cpu())
-    with sandbox(tmp_path / "cpu") as box:
-        on_cpu = corpus_module(box, "inference_mode").run()
-    on_device(accelerator())
-    with sandbox(tmp_path / "dml") as box:
-        on_dml = corpus_module(box, "inference_mode").run()
-    assert on_cpu.pop("inside_is_inference") is True  # torch's own inference mode off DirectML
-    assert on_dml.pop("inside_is_inference") is False
-    assert on_dml == on_cpu
-    assert on_cpu["grad_inside"] is False and on_cpu["trains_inside"] is True
-    assert on_cpu["decorated_grad"] == [False, False, False]
-
-
-def test_inference_mode_is_decided_at_each_entry_not_when_decorating(on_device) -> None:
-    from dmlpatch.rewriting.inference import inference_mode
-
-    on_device(cpu())
-    decorated = inference_mode()(lambda: torch.ones(1).is_inference())
-    assert decorated() is True
-    on_device(accelerator())
-    assert decorated() is False
-    context = inference_mode()
-    with context:
-        assert not torch.is_grad_enabled()
-    with context:  # reusable, like torch's
-        assert not torch.ones(1).is_inference()
-    with torch.no_grad(), inference_mode(False):
-        assert torch.is_grad_enabled()  # as torch.inference_mode(False) does

@@ -33,7 +33,8 @@ def _source_index(
 ) -> torch.Tensor:
     index = _unnormalize(coordinate, size, align_corners)
     if padding_mode == _BORDER:
-        index = index.clamp(0, size - 1)
+        # The CPU kernel clips NaN to the first row or column, as it clips -inf.
+        index = torch.where(index != index, 0.0, index).clamp(0, size - 1)
     return index
 
 
@@ -42,7 +43,10 @@ def _gather(
 ) -> torch.Tensor:
     """``input[n, :, y, x]`` for integer-valued coordinates ``(N, P)``, 0 outside the image."""
     inside = (x >= 0) & (x <= width - 1) & (y >= 0) & (y <= height - 1)
-    index = (y.clamp(0, height - 1) * width + x.clamp(0, width - 1)).long()
+    # NaN and infinite coordinates are outside (every comparison with NaN is False); they are
+    # read at 0 and masked, as the CPU kernel masks them.
+    x, y = torch.where(inside, x, 0), torch.where(inside, y, 0)
+    index = (y * width + x).long()
     channels = flat.shape[1]
     values = flat.gather(2, index.unsqueeze(1).expand(-1, channels, -1))
     return values * inside.unsqueeze(1).to(flat.dtype)

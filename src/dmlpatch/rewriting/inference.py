@@ -4,11 +4,12 @@ Inside ``torch.inference_mode()`` DirectML's kernels fail as soon as they are gi
 made outside it, a module's parameters for one: ``RuntimeError: Cannot set version_counter for
 inference tensor`` (microsoft/DirectML#602, #450, #622; torch-directml 0.2.2 to 0.2.5). The
 workaround its users share is ``torch.no_grad()``, which is what inference mode is apart from
-inference tensors: gradients off, same results. So where the program's device is DirectML
-(real or simulated), the ``inference_mode`` a rewritten module uses switches gradients off
-(``inference_mode(False)``: on) for its extent and makes no inference tensors; anywhere else it
-*is* ``torch.inference_mode``. Only rewritten modules see it: torch and code outside the
-program's targets keep the real one.
+inference tensors: gradients off, same results. So in a process where DirectML tensors can
+exist (torch-directml imported, or the simulated device loaded, whoever chose it: dmlpatch's
+device, or a library's own ``device=dml``), the ``inference_mode`` a rewritten module uses
+switches gradients off (``inference_mode(False)``: on) for its extent and makes no inference
+tensors; anywhere else it *is* ``torch.inference_mode``. Only rewritten modules see it: torch
+and code outside the program's targets keep the real one.
 
 It is decided at each entry, not when a decorator is applied, because libraries decorate their
 methods at import time, before the program has chosen its device. Forms served: ``with
@@ -19,18 +20,21 @@ generator functions (each step inside it, as torch decorates them) and ``clone()
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any, Callable, Optional
-
-from dmlpatch.devices import resolution as _resolution
 
 #: ``inspect.CO_GENERATOR`` (inspect costs milliseconds to import at start-up).
 _CO_GENERATOR = 0x20
 
 
 def on_directml() -> bool:
-    """Whether the process's target is a DirectML device (torch-directml or the simulator)."""
-    resolution = _resolution.current()
-    return resolution.patches_needed and resolution.is_accelerator
+    """Whether DirectML tensors can exist in this process: torch-directml is imported, or the
+    simulated device is loaded (for the device dmlpatch resolved, or on demand, as ultralytics'
+    ``device=sim`` does). Either way the process's PrivateUse1 tensors are DirectML's."""
+    if "torch_directml" in sys.modules:
+        return True
+    simulated = sys.modules.get("dmlpatch.sim")
+    return simulated is not None and bool(simulated.is_loaded())
 
 
 class _InferenceMode:

@@ -106,6 +106,18 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         for padding in ("zeros", "border")
         for align in (False, True)
     },
+    **{
+        f"grid_sample {padding} with NaN and infinite coordinates": (
+            lambda x, g, padding=padding: F.grid_sample(x, g, padding_mode=padding),
+            (
+                torch.arange(25.0).reshape(1, 1, 5, 5),
+                torch.tensor([[[[nan, 0.0], [0.0, inf]], [[-inf, nan], [0.3, -0.2]]]]),
+            ),
+            "aten::grid_sampler_2d",
+        )
+        for padding in ("zeros", "border")
+        for nan, inf in [(float("nan"), float("inf"))]
+    },
     "eye": (
         lambda x: torch.eye(4, 6, device=x.device) + x,
         (torch.zeros(4, 6),),
