@@ -188,6 +188,51 @@ def test_cli_train_val_predict_under_dmlpatch_run(ws: Workspace) -> None:
     assert ws.network_attempts() == []
 
 
+def test_rtdetr_train_val_predict_on_directml_equal_to_cpu(ws: Workspace) -> None:
+    """RT-DETR (``rtdetr-l.yaml``): deformable attention samples with grid_sample and its
+    decoder calls logit every step, and training ends by fusing RepConv for 'Validating
+    best.pt' (a CPU module given device weights through .data). On the device: no CPU
+    fallback, no refusal, the CPU's losses."""
+    rtdetr = {"model": "rtdetr-l.yaml", "batch": "2"}
+    cpu = run_python(
+        [*YOLO, *ws.yolo_args("train", "rtdetr-cpu", device="cpu", deterministic="True", **rtdetr)],
+        env=ws.env(),
+        timeout=600,
+    )
+    _assert_ok(cpu)
+    report = ws.root / "rtdetr-train.json"
+    train = _dmlpatch_run(
+        ws,
+        ws.yolo_args("train", "rtdetr", deterministic="True", **rtdetr),
+        report=report,
+    )
+    _assert_ok(train)
+    assert "Validating" in train.out + train.err
+    data = json.loads(report.read_text())
+    assert data["ops"]["fallback"] == {} and data["ops"]["refused"] == {}, data["ops"]
+    for op in ("aten::grid_sampler_2d", "aten::logit"):
+        assert data["ops"]["fixed"].get(op, 0) > 0, data["ops"]["fixed"]
+    expected = _rtdetr_losses(ws.runs / "rtdetr-cpu" / "results.csv")
+    got = _rtdetr_losses(ws.runs / "rtdetr" / "results.csv")
+    assert got == pytest.approx(expected, rel=1e-4, abs=1e-5)
+    best = ws.runs / "rtdetr" / "weights" / "best.pt"
+    for mode in ("val", "predict"):
+        report = ws.root / f"rtdetr-{mode}.json"
+        result = _dmlpatch_run(
+            ws, ws.yolo_args(mode, f"rtdetr-{mode}", model=str(best)), report=report
+        )
+        _assert_ok(result)
+        data = json.loads(report.read_text())
+        assert data["ops"]["fallback"] == {} and data["ops"]["refused"] == {}, data["ops"]
+    assert ws.network_attempts() == []
+
+
+def _rtdetr_losses(results_csv: Path) -> list[float]:
+    with results_csv.open() as stream:
+        row = next(csv.DictReader(stream, skipinitialspace=True))
+    return [float(value) for key, value in row.items() if key.startswith("train/")]
+
+
 def _assert_all_on_device(result: Result, report: dict[str, Any]) -> None:
     """Every layer call ran on the device: the report says so and the run ends silently."""
     compute = report["compute"]
