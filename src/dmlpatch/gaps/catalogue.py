@@ -230,12 +230,13 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "eye",
-        "torch.eye on the device",
+        "torch.eye(n, device=dml): falls back to the CPU and returns an empty tensor",
         _fallback("aten::eye.m_out"),
-        "#431 (which also reports an empty result, not pinned down)",
+        "#431 (torch.eye(3).to(dml) is right)",
         ("aten::eye",),
-        "op list",
-        "CPU fallback with DirectML's warning; the empty result is not reproduced",
+        "rule",
+        "CPU fallback with DirectML's warning, and the out= resize lost (Profile."
+        "drops_out_resizes): tensor([], device='privateuseone:0')",
         "kernel",
         "dmlpatch.opfix.factories",
     ),

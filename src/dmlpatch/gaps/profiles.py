@@ -51,6 +51,9 @@ class Profile:
     #: Inside ``torch.inference_mode()``, a kernel given a device tensor made outside it (a
     #: module's parameters) raises :data:`INFERENCE_MODE_TEXT` (microsoft/DirectML#602, #622).
     refuses_inference_mode: bool = False
+    #: Overloads whose ``out=`` resize DirectML's CPU fallback loses: the device tensor keeps its
+    #: old (empty) shape. ``torch.eye(3, device=dml)`` is ``tensor([])`` (microsoft/DirectML#431).
+    drops_out_resizes: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default=())
 
 
@@ -61,6 +64,9 @@ class Profile:
 #: so the simulator refuses every kernel given such a tensor there: a superset, so a program
 #: that runs on the simulator does not meet this on DirectML.
 INFERENCE_MODE_TEXT = "Cannot set version_counter for inference tensor"
+
+#: The only overloads the reports pin the lost resize to.
+EYE_OUT = ("aten::eye.m_out", "aten::eye.out")
 
 _UNIQUE_COUNTS = Rule(
     "aten::_unique2",
@@ -132,6 +138,7 @@ PROFILES: dict[str, Profile] = {
             has_gaps=True,
             rules=RULES_0_2_5,
             refuses_inference_mode=True,
+            drops_out_resizes=EYE_OUT,
             sources=("data/registered_ops-0.2.5.txt", ERRORS_MD),
         ),
         Profile(
@@ -140,6 +147,7 @@ PROFILES: dict[str, Profile] = {
             has_gaps=True,
             rules=RULES_1_8,
             refuses_inference_mode=True,
+            drops_out_resizes=EYE_OUT,
             sources=("data/registered_ops-0.2.5.txt", ERRORS_MD),
         ),
         Profile(

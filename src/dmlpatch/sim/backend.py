@@ -110,6 +110,8 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
     )
     if chosen.refuses_inference_mode:
         ops.refuse_inference_mode(profiles.INFERENCE_MODE_TEXT)
+    if chosen.drops_out_resizes:
+        ops.drop_out_resizes("\n".join(chosen.drops_out_resizes))
     for rule in chosen.rules:
         ops.add_rule(rule.op, rule.predicate, ",".join(rule.args), rule.limit, rule.message)
     direct = registered_ops.direct_registrations(index, {r.op for r in chosen.rules}, native)

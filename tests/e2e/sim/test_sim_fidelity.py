@@ -89,6 +89,10 @@ with warnings.catch_warnings(record=True) as seen:
         torch.lerp(torch.ones(2, device=d), torch.zeros(2, device=d), 0.5)
         torch.atan2(torch.ones(2, device=d), torch.ones(2, device=d))
 out["warnings"] = [[w.category.__name__, str(w.message), w.filename] for w in seen]
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    # microsoft/DirectML#431: made on the device, eye is empty; moved there, it is right.
+    out["eye_shapes"] = [list(torch.eye(3, device=d).shape), list(torch.eye(3).to(d).shape)]
 out["counters"] = sim.counters()["ops"]
 out["profile"] = sim.profile()
 out["has_float64_support"] = torch.privateuseone.has_float64_support()
@@ -179,6 +183,12 @@ def test_sparse_tensors_and_set_data_fail_as_on_directml(outcomes: dict[str, Any
     assert o["set_data_across_devices"] == ["RuntimeError", SET_DATA]
     # PyTorch's own behaviour for any PrivateUse1 backend, so every profile has it.
     assert outcomes["permissive"]["set_data_across_devices"] == ["RuntimeError", SET_DATA]
+
+
+def test_eye_made_on_the_device_is_empty(outcomes: dict[str, Any]) -> None:
+    for profile in ("torch-directml-0.2.5", "pytorch-directml-1.8"):
+        assert outcomes[profile]["eye_shapes"] == [[0], [3, 3]], profile
+    assert outcomes["permissive"]["eye_shapes"] == [[3, 3], [3, 3]]
 
 
 def test_inference_mode_refuses_tensors_made_outside_it(outcomes: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ namespace {
 struct OpEntry {
   OpRecord* rec = nullptr;
   bool host_tensors_ok = false;  // exempt from the same-device check
+  bool drops_out_resize = false;  // DirectML's fallback loses the resize of its out= tensor
   // Refusal rules for this overload, with the schema positions of the arguments they read.
   std::vector<std::pair<const Rule*, std::vector<int>>> rules;
 };
@@ -39,6 +40,7 @@ struct Registry {
   OpClass default_class = OpClass::Native;
   std::unordered_set<std::string> native;
   std::unordered_set<std::string> host_ok;  // operator names without overload
+  std::unordered_set<std::string> unresized;  // qualified overload names
   std::unordered_map<std::string, std::vector<std::unique_ptr<Rule>>> rules;
   std::vector<std::unique_ptr<torch::Library>> libraries;
 };
@@ -317,6 +319,7 @@ OpEntry* op_entry(const c10::OperatorHandle& op) {
   if (hit != reg.by_handle.end()) return hit->second;
   auto* entry = new OpEntry();
   std::string name = qualified(op.operator_name());
+  entry->drops_out_resize = reg.unresized.count(name) > 0;
   auto alias = reg.reported_as.find(name);
   if (alias != reg.reported_as.end()) name = alias->second;
   auto it = reg.by_name.find(name);
@@ -367,6 +370,12 @@ void set_classes(int64_t default_class, const std::string& native, const std::st
   for (OpRecord* rec : reg.all) {
     rec->cls = reg.native.count(rec->name) ? OpClass::Native : reg.default_class;
   }
+}
+
+void drop_out_resizes(const std::string& names) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  for (auto& n : split(names, '\n')) reg.unresized.insert(n);
 }
 
 void add_rule(const std::string& op, const std::string& predicate, const std::string& args,
@@ -456,7 +465,12 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
     (*stack)[i] = call.to_device((*stack)[i]);
   }
-  for (const auto& p : call.tensors) sync_back(p.first, p.second);
+  for (const auto& p : call.tensors) {
+    // torch.eye(3, device=dml) returns an empty tensor (microsoft/DirectML#431): the CPU
+    // kernel resized the out= argument's host copy, and the device tensor never follows.
+    if (entry->drops_out_resize && p.first.sizes() != p.second.sizes()) continue;
+    sync_back(p.first, p.second);
+  }
   if (rec->cls == OpClass::Fallback) count_fallback_copies(rec, op, call);
 }
 

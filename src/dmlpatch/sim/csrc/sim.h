@@ -101,6 +101,8 @@ void check_inference_mode(OpRecord* rec, c10::ArrayRef<c10::IValue> args);
 void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 // `names`: lines "overload<TAB>reported-as" (reported-as may be empty).
 std::string register_direct(const std::string& names);
+// Overloads ("aten::eye.m_out") whose out= resize DirectML's fallback loses.
+void drop_out_resizes(const std::string& names);
 void add_rule(const std::string& op, const std::string& predicate, const std::string& args,
               int64_t limit, const std::string& message);
 void set_classes(int64_t default_class, const std::string& native, const std::string& host_ok);
