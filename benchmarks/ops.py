@@ -69,9 +69,11 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
     gates, cell = torch.randn(32, 4 * 256), torch.randn(32, 256)
     probabilities, targets = torch.rand(64, 80).clamp(0.01, 0.99), torch.rand(64, 80)
     betas, rows = torch.linspace(1e-4, 0.02, 1000), torch.randn(64, 512)
+    value, grid = torch.randn(8, 32, 20, 20), torch.rand(8, 300, 4, 2) * 2 - 1
+    repeats, audio = torch.randint(0, 4, (512,)), torch.randn(4, 80, 500)
     tensors = {
         d: [t.to(d) for t in (mask, x, weight, *mean_rstd, gates, cell, probabilities, targets)]
-        + [betas.to(d), rows.to(d)]
+        + [t.to(d) for t in (betas, rows, value, grid, repeats, audio)]
         for d in (dev, torch.device("cpu"))
     }
 
@@ -99,6 +101,24 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
         "binary_cross_entropy": (
             "aten::binary_cross_entropy",
             lambda d: torch.nn.functional.binary_cross_entropy(tensors[d][7], tensors[d][8]),
+        ),
+        "grid_sample (RT-DETR)": (
+            "aten::grid_sampler_2d",
+            lambda d: torch.nn.functional.grid_sample(
+                tensors[d][11], tensors[d][12], align_corners=False
+            ),
+        ),
+        "repeat_interleave": (
+            "aten::repeat_interleave.Tensor",
+            lambda d: torch.repeat_interleave(tensors[d][13]),
+        ),
+        "count_nonzero": (
+            "aten::count_nonzero.dim_IntList",
+            lambda d: torch.count_nonzero(tensors[d][10], dim=1),
+        ),
+        "upsample_nearest1d": (
+            "aten::upsample_nearest1d",
+            lambda d: torch.nn.functional.interpolate(tensors[d][14], scale_factor=2),
         ),
     }
 

@@ -77,6 +77,9 @@ ENTRY_TESTS: dict[str, object] = {
             "logit",
             "binary-cross-entropy",
             "grid-sampler",
+            "repeat-interleave",
+            "count-nonzero",
+            "upsample-nearest1d",
         )
     },
     **{
@@ -84,16 +87,11 @@ ENTRY_TESTS: dict[str, object] = {
             "tests/e2e/opfix/test_opfix_everyday.py::test_unfixed_failures_still_fall_back_and_stay_correct"
         ]
         for key in (
-            "repeat-interleave",
             "embedding-bag",
             "linalg",
-            "upsample-nearest1d",
             "complex",
         )
     },
-    "count-nonzero": [
-        "tests/e2e/opfix/test_opfix_everyday.py::test_unfixed_failures_still_fall_back_and_stay_correct"
-    ],
     "foreach-optimizers": None,  # needs torch 2.4.1 (.ci/compat)
     "float-times-bool": None,
     "cross-entropy-none-grad": None,

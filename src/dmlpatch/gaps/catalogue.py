@@ -282,8 +282,8 @@ FAILURES: tuple[Failure, ...] = (
         ("aten::repeat_interleave",),
         "op list",
         "CPU fallback with DirectML's warning",
-        "none",
-        "runs through the CPU fallback",
+        "kernel",
+        "dmlpatch.opfix.indexing",
     ),
     Failure(
         "embedding-bag",
@@ -315,8 +315,8 @@ FAILURES: tuple[Failure, ...] = (
         ("aten::upsample_nearest1d", "aten::upsample_nearest1d_backward"),
         "op list",
         "CPU fallback with DirectML's warning",
-        "none",
-        "runs through the CPU fallback",
+        "kernel",
+        "dmlpatch.opfix.indexing",
     ),
     Failure(
         "random-sampling",
@@ -433,8 +433,8 @@ FAILURES: tuple[Failure, ...] = (
         ("aten::count_nonzero",),
         "op list",
         "CPU fallback with DirectML's warning",
-        "none",
-        "runs through the CPU fallback",
+        "kernel",
+        "dmlpatch.opfix.indexing",
     ),
     Failure(
         "foreach-optimizers",

@@ -22,6 +22,7 @@ factories     ``eye``
 losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward
 sparse        sparse tensors moved to the device stay on the CPU (whisper's sparse buffer)
 sampling      ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
+indexing      ``repeat_interleave`` (tensor repeats), ``count_nonzero``, ``upsample_nearest1d``
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -70,6 +71,7 @@ FAMILIES = (
     "losses",
     "sparse",
     "sampling",
+    "indexing",
 )
 
 

@@ -118,6 +118,46 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         for padding in ("zeros", "border")
         for nan, inf in [(float("nan"), float("inf"))]
     },
+    "repeat_interleave": (
+        lambda x, r: torch.repeat_interleave(x, r, dim=0),
+        (torch.randn(5, 2), torch.tensor([1, 0, 3, 2, 0])),
+        "aten::repeat_interleave.Tensor",
+    ),
+    "repeat_interleave of a tensor": (
+        torch.repeat_interleave,
+        (torch.tensor([2, 0, 1, 4]),),
+        "aten::repeat_interleave.Tensor",
+    ),
+    "repeat_interleave int32 leading zeros": (
+        torch.repeat_interleave,
+        (torch.tensor([0, 0, 3, 1], dtype=torch.int32),),
+        "aten::repeat_interleave.Tensor",
+    ),
+    "count_nonzero": (
+        lambda x: torch.count_nonzero(x, dim=1),
+        (torch.tensor([[0.0, 1.0, 2.0], [0.0, 0.0, 3.0]]),),
+        "aten::count_nonzero.dim_IntList",
+    ),
+    "count_nonzero dims": (
+        lambda x: torch.count_nonzero(x, dim=(0, 2)),
+        ((torch.randn(3, 4, 5) > 0.3).int(),),
+        "aten::count_nonzero.dim_IntList",
+    ),
+    **{
+        f"upsample_nearest1d {label}": (
+            _grads(lambda x, kw=kw: F.interpolate(x, mode="nearest", **kw)),
+            (torch.randn(2, 3, 7),),
+            "aten::upsample_nearest1d.out",
+        )
+        for label, kw in {
+            "x2": {"scale_factor": 2},
+            "x3": {"scale_factor": 3},
+            "size 10": {"size": 10},
+            "size 4 (down)": {"size": 4},
+            "x1.7": {"scale_factor": 1.7},
+            "same size": {"size": 7},
+        }.items()
+    },
     "eye": (
         lambda x: torch.eye(4, 6, device=x.device) + x,
         (torch.zeros(4, 6),),
@@ -220,27 +260,12 @@ STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]
         (torch.randn(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2.4 - 1.2),
         "aten::grid_sampler_2d",
     ),
-    "repeat-interleave": (
-        lambda x, r: torch.repeat_interleave(x, r, dim=0),
-        (torch.randn(3, 2), torch.tensor([1, 0, 2])),
-        "aten::repeat_interleave.Tensor",
-    ),
     "embedding-bag": (
         lambda w, i, o: F.embedding_bag(i, w, o, mode="mean"),
         (torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2])),
         "aten::_embedding_bag_forward_only",
     ),
     "linalg": (torch.linalg.inv, (torch.eye(3) * 2 + 0.1,), "aten::linalg_inv_ex.inverse"),
-    "upsample-nearest1d": (
-        lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
-        (torch.randn(1, 2, 5),),
-        "aten::upsample_nearest1d.out",
-    ),
-    "count-nonzero": (
-        lambda x: torch.count_nonzero(x, dim=1),
-        (torch.tensor([[0.0, 1.0, 2.0], [0.0, 0.0, 3.0]]),),
-        "aten::count_nonzero.dim_IntList",
-    ),
     "complex": (
         lambda x: torch.stft(x, 16, return_complex=True).abs(),
         (torch.randn(64),),

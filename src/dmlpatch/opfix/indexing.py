@@ -1,0 +1,113 @@
+"""``repeat_interleave`` with a tensor of repeats, ``count_nonzero`` along dimensions and
+``upsample_nearest1d`` (forward and backward), which torch-directml 0.2.5 runs on the CPU,
+composed on the device.
+
+========================== ===============================================================
+repeat_interleave.Tensor   each position ``i`` written ``repeats[i]`` times: a scatter-add of
+                           ones at the running totals, then a running sum (#449)
+count_nonzero.dim_IntList  ``(x != 0).sum(dim)`` (#665)
+upsample_nearest1d         ``index_select`` of ``min(floor(j * scale), n - 1)``, ``scale`` in
+                           float32 as the CPU kernel computes it (#718); the backward is the
+                           scatter-add of the gradient to those indices
+========================== ===============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel, into
+
+
+def _repeat_interleave(repeats: torch.Tensor, *, output_size: Optional[int] = None) -> torch.Tensor:
+    record("fixed", "aten::repeat_interleave.Tensor")
+    if repeats.dim() != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError("repeats has to be Long or Int tensor")
+    if repeats.numel() == 0:
+        return torch.zeros(0, dtype=repeats.dtype, device=repeats.device)
+    if bool((repeats < 0).any()):
+        raise RuntimeError("repeats can not be negative")
+    ends = torch.cumsum(repeats.long(), 0)
+    total = int(ends[-1]) if output_size is None else output_size
+    # One more slot than the output, so that the totals of trailing zero repeats land outside.
+    steps = torch.zeros(total + 1, dtype=torch.long, device=repeats.device)
+    steps.scatter_add_(0, ends[:-1].clamp(max=total), torch.ones_like(ends[:-1]))
+    return torch.cumsum(steps[:total], 0).to(repeats.dtype)
+
+
+def _count_nonzero(self: torch.Tensor, dim: list[int]) -> torch.Tensor:
+    record("fixed", "aten::count_nonzero.dim_IntList")
+    return torch.ne(self, 0).sum(dim, dtype=torch.long)
+
+
+def _nearest_indices(
+    input_size: int, output_size: int, scale: Optional[float], device: torch.device
+) -> torch.Tensor:
+    """The CPU kernel's ``nearest_idx`` for every output position."""
+    positions = torch.arange(output_size, device=device)
+    if output_size == input_size:
+        return positions
+    if output_size == 2 * input_size:
+        return torch.div(positions, 2, rounding_mode="floor")
+    factor = 1.0 / scale if scale is not None and scale > 0 else input_size / output_size
+    as_float = positions.to(torch.float32) * torch.tensor(factor, dtype=torch.float32)
+    return torch.floor(as_float).long().clamp(max=input_size - 1)
+
+
+def _upsample_nearest1d_out(
+    self: torch.Tensor,
+    output_size: list[int],
+    scales: Optional[float] = None,
+    *,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    record("fixed", "aten::upsample_nearest1d.out")
+    indices = _nearest_indices(self.shape[-1], output_size[0], scales, self.device)
+    return into(out, self.index_select(-1, indices))
+
+
+def _upsample_nearest1d(
+    self: torch.Tensor, output_size: list[int], scales: Optional[float] = None
+) -> torch.Tensor:
+    return _upsample_nearest1d_out(self, output_size, scales, out=self.new_empty(0))
+
+
+def _upsample_nearest1d_backward_out(
+    grad_output: torch.Tensor,
+    output_size: list[int],
+    input_size: list[int],
+    scales: Optional[float] = None,
+    *,
+    grad_input: torch.Tensor,
+) -> torch.Tensor:
+    record("fixed", "aten::upsample_nearest1d_backward.grad_input")
+    indices = _nearest_indices(input_size[-1], output_size[0], scales, grad_output.device)
+    gradient = grad_output.new_zeros(input_size)
+    gradient.scatter_add_(-1, indices.expand_as(grad_output), grad_output)
+    return into(grad_input, gradient)
+
+
+def _upsample_nearest1d_backward(
+    grad_output: torch.Tensor,
+    output_size: list[int],
+    input_size: list[int],
+    scales: Optional[float] = None,
+) -> torch.Tensor:
+    return _upsample_nearest1d_backward_out(
+        grad_output, output_size, input_size, scales, grad_input=grad_output.new_empty(0)
+    )
+
+
+KERNELS = (
+    Kernel("repeat_interleave.Tensor", _repeat_interleave, "fallback"),
+    Kernel("count_nonzero.dim_IntList", _count_nonzero, "fallback"),
+    Kernel("upsample_nearest1d.out", _upsample_nearest1d_out, "fallback"),
+    Kernel("upsample_nearest1d", _upsample_nearest1d, "fallback"),
+    Kernel("upsample_nearest1d_backward.grad_input", _upsample_nearest1d_backward_out, "fallback"),
+    Kernel("upsample_nearest1d_backward", _upsample_nearest1d_backward, "fallback"),
+)
