@@ -80,6 +80,7 @@ ENTRY_TESTS: dict[str, object] = {
             "repeat-interleave",
             "count-nonzero",
             "upsample-nearest1d",
+            "random-sampling",
         )
     },
     **{
@@ -105,7 +106,6 @@ ENTRY_TESTS: dict[str, object] = {
     ],
     "device-to-device": None,
     "out-of-memory": None,
-    "random-sampling": None,  # normal with tensor arguments: counted like any fallback
     "dropout-backward": ["tests/unit/test_catalogue.py::test_entries_agree_with_the_op_list"],
     "sparse-tensors": [
         "tests/e2e/sim/test_sim_fidelity.py::test_sparse_tensors_and_set_data_fail_as_on_directml",

@@ -326,8 +326,9 @@ FAILURES: tuple[Failure, ...] = (
         ("aten::normal",),
         "op list",
         "CPU fallback with DirectML's warning",
-        "none",
-        "runs through the CPU fallback",
+        "kernel",
+        "dmlpatch.opfix.random: normal_ then the CPU's multiply-add (the CPU's samples, seed "
+        "for seed)",
     ),
     Failure(
         "dropout-backward",

@@ -72,4 +72,48 @@ def _normal_(
     return self
 
 
-KERNELS = (Kernel("normal_", _normal_, "refused"),)
+# torch.normal with tensor arguments: torch-directml 0.2.5 registers normal_ but not these, so
+# they run on the CPU (microsoft/DirectML#405). Each is the CPU kernel's own recipe, normal_
+# then a multiply-add, so with the same generator state the values are the CPU's.
+
+
+def _check_std(std: torch.Tensor) -> None:
+    if std.numel() and bool((std < 0).any()):
+        raise RuntimeError("normal expects all elements of std >= 0.0")
+
+
+def _normal_tensor_float(
+    mean: torch.Tensor, std: float = 1.0, *, generator: Optional[torch.Generator] = None
+) -> torch.Tensor:
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    record("fixed", "aten::normal.Tensor_float")
+    out = torch.empty_like(mean, memory_format=torch.contiguous_format)
+    return out.normal_(0, std, generator=generator).add_(mean)
+
+
+def _normal_float_tensor(
+    mean: float, std: torch.Tensor, *, generator: Optional[torch.Generator] = None
+) -> torch.Tensor:
+    _check_std(std)
+    record("fixed", "aten::normal.float_Tensor")
+    out = torch.empty_like(std, memory_format=torch.contiguous_format)
+    return out.normal_(0, 1, generator=generator).mul_(std).add_(mean)
+
+
+def _normal_tensor_tensor(
+    mean: torch.Tensor, std: torch.Tensor, *, generator: Optional[torch.Generator] = None
+) -> torch.Tensor:
+    _check_std(std)
+    record("fixed", "aten::normal.Tensor_Tensor")
+    shape = torch.broadcast_shapes(mean.shape, std.shape)
+    out = torch.empty(shape, dtype=mean.dtype, device=mean.device)
+    return out.normal_(0, 1, generator=generator).mul_(std).add_(mean)
+
+
+KERNELS = (
+    Kernel("normal_", _normal_, "refused"),
+    Kernel("normal.Tensor_float", _normal_tensor_float, "fallback"),
+    Kernel("normal.float_Tensor", _normal_float_tensor, "fallback"),
+    Kernel("normal.Tensor_Tensor", _normal_tensor_tensor, "fallback"),
+)

@@ -158,6 +158,22 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
             "same size": {"size": 7},
         }.items()
     },
+    # Seeded: the device draws from the CPU generator, so the samples are the CPU's.
+    "normal(tensor mean, float std)": (
+        lambda m: (torch.manual_seed(3), torch.normal(m, 0.5))[1],
+        (torch.randn(5, 7),),
+        "aten::normal.Tensor_float",
+    ),
+    "normal(float mean, tensor std)": (
+        lambda s: (torch.manual_seed(3), torch.normal(2.0, s))[1],
+        (torch.rand(5, 7),),
+        "aten::normal.float_Tensor",
+    ),
+    "normal(tensor mean, tensor std) broadcast": (
+        lambda m, s: (torch.manual_seed(3), torch.normal(m, s))[1],
+        (torch.randn(1, 7), torch.rand(5, 7)),
+        "aten::normal.Tensor_Tensor",
+    ),
     "eye": (
         lambda x: torch.eye(4, 6, device=x.device) + x,
         (torch.zeros(4, 6),),
