@@ -93,7 +93,11 @@ ENTRY_TESTS: dict[str, object] = {
             "complex",
         )
     },
-    "foreach-optimizers": None,  # needs torch 2.4.1 (.ci/compat)
+    "foreach-optimizers": [
+        "tests/e2e/opfix/test_opfix_foreach.py::test_without_dmlpatch_every_step_falls_back",
+        "tests/e2e/opfix/test_opfix_foreach.py::test_optimizer_steps_on_the_device_equal_to_cpu",
+        "tests/e2e/opfix/test_opfix_foreach.py::test_every_foreach_kernel_equals_the_cpu",
+    ],
     "float-times-bool": None,
     "cross-entropy-none-grad": None,
     "generator": None,

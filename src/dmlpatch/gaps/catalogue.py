@@ -439,15 +439,23 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "foreach-optimizers",
-        "optimizer steps (Adam, AdamW, SGD) through torch's foreach path",
+        "every optimizer step (SGD, Adam, AdamW, RMSprop...) and clip_grad_norm_: torch's "
+        "foreach path",
         _fallback("aten::_foreach_lerp_.Scalar"),
         "#604 (0.2.2 and later)",
-        ("aten::_foreach_lerp_", "aten::_foreach_add_", "aten::_foreach_mul_"),
-        "no",
-        "torch 2.4.1 sends the _foreach_* operators to the device, where DirectML has none; the "
-        "torch this suite runs composes them of per-tensor operators first (lerp is then fixed)",
-        "none",
-        "optimizers with foreach=False take the per-tensor path",
+        (
+            "aten::_foreach_lerp_",
+            "aten::_foreach_add_",
+            "aten::_foreach_mul_",
+            "aten::_foreach_norm",
+        ),
+        "op list",
+        "DirectML registers no _foreach_* operator and torch 2.4.1 sends them to the backend; "
+        "the simulator sends them to its CPU fallback on every torch (newer torch would "
+        "compose them of per-tensor operators first)",
+        "kernel",
+        "dmlpatch.opfix.foreach: each element through the per-tensor operator, as the CPU's "
+        "slow path",
     ),
     Failure(
         "float-times-bool",

@@ -198,6 +198,9 @@ def direct_registrations(
       runs the CPU kernel instead.
     * Operators with a refusal rule that have a composite kernel (``repeat``) must reach the
       backend for the rule to apply.
+    * The ``_foreach_*`` operators: torch 2.4.1 (torch-directml's) sends them to the backend,
+      where DirectML has none and falls back to the CPU (microsoft/DirectML#604); later torch
+      composes them of per-tensor operators first, which would hide that gap.
     """
     if index is None:
         return {}
@@ -206,6 +209,9 @@ def direct_registrations(
         chosen.setdefault(name, "")
     for name in index.names:
         if "aten::" + name.split(".")[0] in rule_ops and name not in index.implicit:
+            chosen.setdefault(name, "")
+    for name in index.names:
+        if name.startswith("_foreach_") and name not in index.implicit:
             chosen.setdefault(name, "")
     for name in BOOKKEEPING:
         chosen.pop(name, None)

@@ -23,6 +23,7 @@ losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and back
 sparse        sparse tensors moved to the device stay on the CPU (whisper's sparse buffer)
 sampling      ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
 indexing      ``repeat_interleave`` (tensor repeats), ``count_nonzero``, ``upsample_nearest1d``
+foreach       ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor operators
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -72,6 +73,7 @@ FAMILIES = (
     "sparse",
     "sampling",
     "indexing",
+    "foreach",
 )
 
 
