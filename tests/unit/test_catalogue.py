@@ -81,6 +81,7 @@ ENTRY_TESTS: dict[str, object] = {
             "count-nonzero",
             "upsample-nearest1d",
             "random-sampling",
+            "embedding-bag",
         )
     },
     **{
@@ -88,7 +89,6 @@ ENTRY_TESTS: dict[str, object] = {
             "tests/e2e/opfix/test_opfix_everyday.py::test_unfixed_failures_still_fall_back_and_stay_correct"
         ]
         for key in (
-            "embedding-bag",
             "linalg",
             "complex",
         )

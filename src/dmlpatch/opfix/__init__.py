@@ -24,6 +24,7 @@ sparse        sparse tensors moved to the device stay on the CPU (whisper's spar
 sampling      ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
 indexing      ``repeat_interleave`` (tensor repeats), ``count_nonzero``, ``upsample_nearest1d``
 foreach       ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor operators
+embedding     ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and backward
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -74,6 +75,7 @@ FAMILIES = (
     "sampling",
     "indexing",
     "foreach",
+    "embedding",
 )
 
 

@@ -174,6 +174,43 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (torch.randn(1, 7), torch.rand(5, 7)),
         "aten::normal.Tensor_Tensor",
     ),
+    **{
+        f"embedding_bag {label}": (
+            _grads(
+                lambda w, i, o, p, kw=kw: F.embedding_bag(
+                    i,
+                    w,
+                    o,
+                    per_sample_weights=p if kw.get("weighted") else None,
+                    **{k: v for k, v in kw.items() if k != "weighted"},
+                ),
+                wrt=1,
+            ),
+            (
+                torch.randn(10, 4),
+                torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0]),
+                torch.tensor([0, 2, 2, 5]),
+                torch.rand(9),
+            ),
+            "aten::_embedding_bag",
+        )
+        for label, kw in {
+            "sum": {"mode": "sum"},
+            "mean with an empty bag": {"mode": "mean"},
+            "mean padding_idx": {"mode": "mean", "padding_idx": 4},
+            "per_sample_weights": {"mode": "sum", "weighted": True},
+        }.items()
+    },
+    "embedding_bag include_last_offset": (
+        _grads(lambda w, i, o: F.embedding_bag(i, w, o, include_last_offset=True), wrt=1),
+        (torch.randn(10, 4), torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2, 2, 6])),
+        "aten::_embedding_bag",
+    ),
+    "EmbeddingBag on 2-D input, inference": (
+        lambda w, x: F.embedding_bag(x, w, mode="mean"),
+        (torch.randn(10, 4), torch.randint(0, 10, (3, 5))),
+        "aten::_embedding_bag_forward_only",
+    ),
     "eye": (
         lambda x: torch.eye(4, 6, device=x.device) + x,
         (torch.zeros(4, 6),),
@@ -276,8 +313,8 @@ STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]
         (torch.randn(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2.4 - 1.2),
         "aten::grid_sampler_2d",
     ),
-    "embedding-bag": (
-        lambda w, i, o: F.embedding_bag(i, w, o, mode="mean"),
+    "embedding-bag max": (
+        lambda w, i, o: F.embedding_bag(i, w, o, mode="max"),
         (torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2])),
         "aten::_embedding_bag_forward_only",
     ),

@@ -1,0 +1,165 @@
+"""``nn.EmbeddingBag`` (``_embedding_bag``), which torch-directml 0.2.5 runs on the CPU
+(microsoft/DirectML#724), composed on the device for its sum and mean modes.
+
+Recommendation and text-classification models pool embeddings this way on every step. The
+composition looks rows up with ``embedding`` (native, and so is its backward), weights them
+(``per_sample_weights``), drops ``padding_idx`` rows, and adds each row into its bag with a
+scatter-add whose index comes from the offsets; mean divides by the bag's non-padding size, an
+empty bag is zeros, as on the CPU. It is registered at ``AutogradPrivateUse1``: autograd
+differentiates the composition (``embedding_dense_backward``, ``gather``: both native). Max
+mode, ``scale_grad_by_freq`` and sparse gradients go through the CPU, counted as fallbacks.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel
+
+_SUM, _MEAN = 0, 1
+
+Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _bag_of_each_index(offsets: torch.Tensor, bags: int, count: int) -> torch.Tensor:
+    """For each position of ``indices``, the bag it belongs to (bags may be empty)."""
+    starts = offsets[1:bags].long().clamp(max=count)
+    marks = torch.zeros(count + 1, dtype=torch.long, device=offsets.device)
+    marks.scatter_add_(0, starts, torch.ones_like(starts))
+    return torch.cumsum(marks[:count], 0)
+
+
+def _through_the_cpu(
+    name: str,
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    *options: object,
+    per_sample_weights: Optional[torch.Tensor],
+) -> Result:
+    record("fallback", f"aten::{name}", 3, weight.numel() * weight.element_size())
+    op = getattr(torch.ops.aten, name)
+    moved = per_sample_weights.cpu() if per_sample_weights is not None else None
+    scale, mode, sparse, include_last, padding = options
+    results = op(
+        weight.cpu(),
+        indices.cpu(),
+        offsets.cpu(),
+        scale,
+        mode,
+        sparse,
+        moved,
+        include_last,
+        padding,
+    )
+    output, offset2bag, sizes, maxima = (result.to(weight.device) for result in results)
+    return output, offset2bag, sizes, maxima
+
+
+def _embedding_bag(
+    name: str,
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: Optional[torch.Tensor] = None,
+    include_last_offset: bool = False,
+    padding_idx: Optional[int] = -1,
+) -> Result:
+    padding = -1 if padding_idx is None else padding_idx
+    if mode not in (_SUM, _MEAN) or scale_grad_by_freq or sparse:
+        return _through_the_cpu(
+            name,
+            weight,
+            indices,
+            offsets,
+            scale_grad_by_freq,
+            mode,
+            sparse,
+            include_last_offset,
+            padding_idx,
+            per_sample_weights=per_sample_weights,
+        )
+    record("fixed", f"aten::{name}")
+    count = indices.numel()
+    bags = offsets.numel() - (1 if include_last_offset else 0)
+    width = weight.shape[1]
+    bag_of = _bag_of_each_index(offsets, bags, count)
+    rows = torch.nn.functional.embedding(indices, weight)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    keep = indices != padding if padding >= 0 else torch.ones_like(indices, dtype=torch.bool)
+    if include_last_offset:
+        # The last offset ends the last bag: indices after it belong to none.
+        positions = torch.arange(count, device=indices.device)
+        keep = keep & (positions < offsets[bags])
+    rows = rows * keep.unsqueeze(1).to(rows.dtype)
+    zeros = torch.zeros(bags, width, dtype=weight.dtype, device=weight.device)
+    output = zeros.scatter_add(0, bag_of.unsqueeze(1).expand(count, width), rows)
+    sizes = torch.zeros(bags, dtype=torch.long, device=weight.device)
+    sizes = sizes.scatter_add(0, bag_of, keep.long())
+    if mode == _MEAN:
+        output = output / sizes.clamp(min=1).unsqueeze(1).to(output.dtype)
+    no_max = torch.zeros(bags, dtype=torch.long, device=weight.device)
+    return output, bag_of, sizes, no_max
+
+
+def _training(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: Optional[torch.Tensor] = None,
+    include_last_offset: bool = False,
+    padding_idx: Optional[int] = -1,
+) -> Result:
+    return _embedding_bag(
+        "_embedding_bag",
+        weight,
+        indices,
+        offsets,
+        scale_grad_by_freq,
+        mode,
+        sparse,
+        per_sample_weights,
+        include_last_offset,
+        padding_idx,
+    )
+
+
+def _forward_only(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: Optional[torch.Tensor] = None,
+    include_last_offset: bool = False,
+    padding_idx: Optional[int] = -1,
+) -> Result:
+    return _embedding_bag(
+        "_embedding_bag_forward_only",
+        weight,
+        indices,
+        offsets,
+        scale_grad_by_freq,
+        mode,
+        sparse,
+        per_sample_weights,
+        include_last_offset,
+        padding_idx,
+    )
+
+
+KERNELS = (
+    Kernel("_embedding_bag", _training, "fallback", "AutogradPrivateUse1"),
+    Kernel("_embedding_bag_forward_only", _forward_only, "fallback", "AutogradPrivateUse1"),
+)
