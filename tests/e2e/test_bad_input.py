@@ -271,7 +271,12 @@ CASES = [
     Case("scan-missing-package", ("scan", "no_such_package"), 2, r"no installed package or path"),
     Case("scan-missing-path", ("scan", "/nonexistent/p"), 2, r"neither an existing path nor a pa"),
     Case("scan-no-target", ("scan",), 2, r"usage: dmlpatch scan PACKAGE\|PATH \[--spec\]"),
-    Case("doctor-unknown-flag", ("doctor", "--bogus"), 2, r"doctor takes only --json and --no-i"),
+    Case(
+        "doctor-unknown-flag",
+        ("doctor", "--bogus"),
+        2,
+        r"doctor takes only --json, --no-import and --failures",
+    ),
     Case("list-unknown-flag", ("list", "--bogus"), 2, r"list takes only --json; unexpected '--b"),
     Case("status-unknown-flag", ("status", "--bogus"), 2, r"status takes only --json; unexpect"),
     Case(

@@ -57,5 +57,22 @@ def test_text_output_and_bad_flag() -> None:
     assert result.out.splitlines()[0].startswith("OK   python     Python ")
     bad = run_python(["-m", "dmlpatch", "doctor", "--fast"])
     assert bad.code == 2 and bad.err_lines == [
-        "dmlpatch: error: doctor takes only --json and --no-import; unexpected '--fast'"
+        "dmlpatch: error: doctor takes only --json, --no-import and --failures; unexpected '--fast'"
     ]
+
+
+def test_failures_lists_the_catalogue_as_text_and_json() -> None:
+    from dmlpatch.gaps import catalogue
+
+    text = run_python(["-m", "dmlpatch", "doctor", "--failures"])
+    assert text.code == 0
+    lines = text.out.splitlines()
+    assert lines[0] == catalogue.summary()
+    assert any(line.startswith("inference-mode  [rule / rewrite]") for line in lines)
+    data = run_python(["-m", "dmlpatch", "doctor", "--failures", "--json"])
+    assert data.code == 0
+    entries = json.loads(data.out)["failures"]
+    assert [entry["key"] for entry in entries] == [f.key for f in catalogue.FAILURES]
+    assert entries[0]["text"] == "RuntimeError: Cannot set version_counter for inference tensor"
+    checks = run_python(["-m", "dmlpatch", "doctor", "--no-import"])
+    assert f"OK   failures   {catalogue.summary()}" in checks.out
