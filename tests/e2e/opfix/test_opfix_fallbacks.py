@@ -152,11 +152,21 @@ def test_bce_with_logits_forward_and_backward(dev: torch.device) -> None:
     st.integers(1, 40),
     st.floats(-1.0, 2.0, allow_nan=False),
     st.sampled_from((torch.float32, torch.float64)),
+    st.integers(0, 2**32 - 1),
 )
-def test_lerp_any_weight(dev: torch.device, size: int, weight: float, dtype: torch.dtype) -> None:
-    a, b = torch.randn(size, dtype=dtype), torch.randn(size, dtype=dtype)
+def test_lerp_any_weight(
+    dev: torch.device, size: int, weight: float, dtype: torch.dtype, seed: int
+) -> None:
+    generator = torch.Generator().manual_seed(seed)  # inputs hypothesis can replay
+    a = torch.randn(size, dtype=dtype, generator=generator)
+    b = torch.randn(size, dtype=dtype, generator=generator)
     got = torch.lerp(a.to(dev), b.to(dev), weight).cpu()
-    assert torch.allclose(got, torch.lerp(a, b, weight), rtol=1e-6, atol=1e-7)
+    expected = torch.lerp(a, b, weight)
+    # The CPU kernel fuses the multiply-add (one rounding); the composition rounds twice. Both
+    # are within a few roundings of the terms' size, which near a cancelling zero is far
+    # larger than of the result.
+    terms = a.abs() + (weight * (b - a)).abs() + b.abs()
+    assert bool(((got - expected).abs() <= 4 * torch.finfo(dtype).eps * terms).all())
 
 
 @settings(max_examples=40, deadline=None)
