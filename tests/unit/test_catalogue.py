@@ -228,6 +228,8 @@ def test_entries_agree_with_the_op_list() -> None:
         ("aten::lerp.Scalar_out", "fixed", None, "step-fallbacks"),
         ("aten::isneginf.out", "fallback", None, "isneginf"),
         ("aten::_thnn_fused_gru_cell", "fixed", None, "fused-rnn-cells"),
+        ("aten::_foreach_sqrt", "fixed", None, "foreach-optimizers"),
+        ("aten::_foreach_addcdiv_.ScalarList", "fallback", None, "foreach-optimizers"),
         ("aten::hypot.out", "fallback", None, ""),
     ],
 )
