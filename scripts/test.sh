@@ -11,5 +11,6 @@ if grep -rn --include='*.py' "type: ignore" src tests benchmarks examples; then
   echo "type: ignore comments are not allowed (see above)"
   exit 1
 fi
-# The slowest tests, so that the suite stays within its time (25 minutes on 2 cores).
-.venv/bin/python -m pytest -q --durations=15 "$@"
+# Two workers: most end-to-end tests wait on a program they started, so two at a time fit the 25
+# minutes on 2 cores. The slowest tests are printed to keep it so.
+.venv/bin/python -m pytest -q -n 2 --durations=15 "$@"
