@@ -453,16 +453,16 @@ UNANSWERED = {
 
         def describe():
             if torch.cuda.is_available():
-                memory = torch.cuda.get_device_properties(0).total_memory
-                return f"cuda with {memory} bytes"
+                state = torch.cuda.get_rng_state(0)
+                return f"cuda with a {len(state)}-byte generator state"
             return "cpu"
         """,
     "gpuinfo/streams.py": """
         import torch
 
 
-        def prefetcher(device='cuda'):
-            return torch.cuda.Stream(device=device)
+        def capture(device='cuda'):
+            return torch.cuda.CUDAGraph()
         """,
 }
 
@@ -482,12 +482,12 @@ def test_a_module_dmlpatch_cannot_make_consistent_stays_as_under_plain_python(
     # gpuinfo.streams never asks where to run: imported, but nothing to say.
     assert [line for line in result.err_lines if "warning" in line] == [
         "dmlpatch: warning: gpuinfo chooses its device as under plain python: it uses "
-        "torch.cuda.get_device_properties, which dmlpatch cannot answer off CUDA"
+        "torch.cuda.get_rng_state, which dmlpatch cannot answer off CUDA"
     ]
     data = json.loads(report.read_text())
     assert data["kept_as_written"] == [
-        {"module": "gpuinfo", "reason": "uses torch.cuda.get_device_properties, not answered"},
-        {"module": "gpuinfo.streams", "reason": "uses torch.cuda.Stream, not answered"},
+        {"module": "gpuinfo", "reason": "uses torch.cuda.get_rng_state, not answered"},
+        {"module": "gpuinfo.streams", "reason": "uses torch.cuda.CUDAGraph, not answered"},
     ]
     assert data["rewritten"] == []
 

@@ -123,7 +123,11 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/yolo/test_yolo.py::test_rtdetr_repconv_fuses_on_directml",
         "tests/e2e/yolo/test_yolo.py::test_rtdetr_train_val_predict_on_directml_equal_to_cpu",
     ],
-    "autocast": None,  # no release text pinned down; DirectML has no AMP
+    "autocast": [
+        "tests/e2e/test_cuda_api.py::test_runner_answers_the_cuda_api_on_the_device",
+        "tests/e2e/test_cuda_api.py::test_activation_answers_the_cuda_api_on_the_device",
+        "tests/unit/test_cuda_api.py::test_autocast_for_the_target_is_float32_said_once",
+    ],
     "float64": ["tests/e2e/sim/test_sim_fidelity.py::test_float64_switch"],
     "scalar-writes": [
         "tests/e2e/sim/test_sim_fidelity.py::test_fault_injection_drops_scalar_writes"

@@ -90,6 +90,28 @@ def test_site_records_position_kind_and_original_text() -> None:
             "from torch import inference_mode as im\n@im\ndef f(): pass\nwith im(False): pass",
             [("inference_mode", "im"), ("inference_mode", "im")],
         ),
+        ("with torch.cuda.device(1): pass", [("cuda_api", "torch.cuda.device")]),
+        ("torch.cuda.get_device_properties(0)", [("cuda_api", "torch.cuda.get_device_properties")]),
+        ("e = torch.cuda.Event", [("cuda_api", "torch.cuda.Event")]),
+        ("isinstance(x, torch.cuda.FloatTensor)", [("cuda_api", "torch.cuda.FloatTensor")]),
+        (
+            "T = torch.cuda.FloatTensor\nx.type(T)",
+            [("cuda_api", "torch.cuda.FloatTensor"), ("tensor_type", "x.type(T)")],
+        ),
+        (
+            "from torch.cuda import HalfTensor, is_available",
+            [("cuda_api", "from torch.cuda import HalfTensor, is_available")],
+        ),
+        (
+            "torch.autocast(device_type='cuda')",
+            [("amp", "torch.autocast(device_type='cuda')")],
+        ),
+        ("torch.cuda.amp.autocast()", [("amp", "torch.cuda.amp.autocast()")]),
+        ("torch.amp.GradScaler('cuda')", [("amp", "torch.amp.GradScaler('cuda')")]),
+        ("from torch import cuda\ncuda.amp.GradScaler()", [("amp", "cuda.amp.GradScaler()")]),
+        ("from torch.amp import autocast as ac\nac('cuda')", [("amp", "ac('cuda')")]),
+        ("torch.accelerator.synchronize()", [("accelerator", "torch.accelerator")]),
+        ("from torch import accelerator", [("accelerator", "from torch import accelerator")]),
     ],
 )
 def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
@@ -105,8 +127,6 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "print('using cuda')",
         "log.info('moving to cuda:0')",
         "names = {'cuda': 1}",
-        "torch.autocast(device_type='cuda')",
-        "torch.cuda.amp.autocast()",
         "torch.cuda.get_arch_list()",
         "torch.cuda.is_initialized()",
         "torch.cuda.is_available",
@@ -124,10 +144,15 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "torch.nn.Module.cuda(model)",
         "torch.backends.cudnn.benchmark = True",
         "os.environ['CUDA_VISIBLE_DEVICES'] = '0'",
-        "with torch.cuda.device(1): pass",
         "torch.is_inference_mode_enabled()",
         "x.inference_mode()",
         "torch.inference_mode = None",
+        "torch.cuda.Stream = None",
+        "torch.amp.custom_fwd(f)",
+        "torch.cpu.amp.autocast()",
+        "x.type()",
+        "x.type(torch.float16)",
+        "torch.accelerators",
     ],
 )
 def test_not_device_sites(snippet: str) -> None:
@@ -219,7 +244,12 @@ def test_every_rewritten_name_exists_in_the_runtime() -> None:
                 isinstance(node, ast.Attribute)
                 and getattr(node.value, "id", None) == "__dmlpatch__"
             ):
-                assert callable(getattr(runtime, node.attr)), node.attr
+                assert getattr(runtime, node.attr) is not None, node.attr
+            owner = node.value if isinstance(node, ast.Attribute) else None
+            if isinstance(owner, ast.Attribute) and getattr(owner.value, "id", None) == (
+                "__dmlpatch__"
+            ):
+                assert callable(getattr(getattr(runtime, owner.attr), node.attr)), node.attr
 
 
 @pytest.mark.parametrize("path", IDIOMS, ids=lambda path: path.stem)

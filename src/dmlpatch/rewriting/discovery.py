@@ -12,14 +12,14 @@ module it sees, under a *scope* (``--scope`` / ``$DMLPATCH_SCOPE``):
 - ``specs``: none; only the modules specs name (and the main script) are rewritten.
 
 Cost. Whether a module is in scope is told from its name and path, without I/O. Whether it has
-sites is a :class:`Verdict` computed once per version of its source: a source without the
-bytes ``cuda`` or ``inference_mode`` is never parsed, and verdicts are kept in one index file
-per top-level package under ``<cache>/discovery``, each valid for one ``(mtime_ns, size)`` of
-its source. A warm process pays one ``stat`` per module in scope; new verdicts are written
-once, at exit.
+sites is a :class:`Verdict` computed once per version of its source: a source without any of
+the words a site holds (``hook.may_have_sites``) is never parsed, and verdicts are kept in one
+index file per top-level package under ``<cache>/discovery``, each valid for one
+``(mtime_ns, size)`` of its source. A warm process pays one ``stat`` per module in scope; new
+verdicts are written once, at exit.
 
 First do no harm. A module whose sites would say "CUDA is available" but which also calls a
-``torch.cuda`` function the runtime does not answer (``get_device_properties``, ``Stream``...) would
+``torch.cuda`` function the runtime does not answer (``get_rng_state``, ``CUDAGraph``...) would
 fail where plain python ran on the CPU. Such a module keeps CUDA's meaning: its sites call
 ``dmlpatch.rewriting.runtime_as_written``, which does what the CUDA calls did and, when the module
 asks whether CUDA is available, says in one line that it stays where plain python puts it.
@@ -62,8 +62,9 @@ NEVER = frozenset(
     }
 )
 
-#: Bumped when the rewriter finds sites it did not before (2: ``torch.inference_mode``).
-_FORMAT = 2
+#: Bumped when the rewriter finds sites it did not before (2: ``torch.inference_mode``; 3: the
+#: CUDA API, AMP and ``torch.accelerator``).
+_FORMAT = 3
 #: Index files kept: one per top-level package and place, so a few hundred cover many
 #: environments; older ones (deleted trees, old environments) are pruned.
 _KEEP = 512

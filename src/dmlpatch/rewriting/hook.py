@@ -139,8 +139,13 @@ def set_gate(gate: Optional[Callable[[], bool]]) -> None:
 
 def may_have_sites(source: bytes) -> bool:
     """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.sites``), told without
-    parsing it: a source that says neither ``cuda`` nor ``inference_mode`` has none."""
-    return b"cuda" in source or b"inference_mode" in source
+    parsing it: a source that says neither ``cuda`` nor ``inference_mode`` nor ``autocast`` nor
+    ``GradScaler`` nor ``accelerator`` has none."""
+    return any(word in source for word in _SITE_WORDS)
+
+
+#: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
+_SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"accelerator")
 
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:

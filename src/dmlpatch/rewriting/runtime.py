@@ -43,21 +43,16 @@ CUDA_FUNCTIONS = frozenset(
 
 #: ``torch.cuda`` names that rewritten code may keep using as they are: without a CUDA GPU they
 #: work, answer "nothing", or switch themselves off, exactly as under plain python (checked on
-#: torch 2.4.1 and 2.14.1). Any other ``torch.cuda`` name in a module with device sites would
-#: fail once its sites say "CUDA is available" (``Found no NVIDIA driver``), so such a module is
-#: left unrewritten (see ``dmlpatch.rewriting.discovery``).
+#: torch 2.4.1 and 2.14.1). ``amp`` is one: its autocast and GradScaler calls are sites of their
+#: own. Names in ``cuda_api.NAMES`` are answered there. Any other ``torch.cuda`` name in a
+#: module with device sites would fail once its sites say "CUDA is available" (``Found no
+#: NVIDIA driver``), so such a module is left unrewritten (see ``dmlpatch.rewriting.discovery``).
 HARMLESS_CUDA_NAMES = frozenset(
     {
         "amp",
         "OutOfMemoryError",
         "is_initialized",
-        "is_bf16_supported",
         "get_arch_list",
-        "memory_allocated",
-        "max_memory_allocated",
-        "memory_reserved",
-        "max_memory_reserved",
-        "memory_stats",
         "seed",
         "seed_all",
         "get_rng_state_all",
@@ -207,6 +202,34 @@ def inference_mode(mode: Any = True) -> Any:
     from dmlpatch.rewriting import inference
 
     return inference.inference_mode(mode)
+
+
+def autocast(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.autocast(...)`` and its aliases in a target: see :mod:`dmlpatch.rewriting.amp`."""
+    from dmlpatch.rewriting import amp
+
+    return amp.autocast(original, *args, **kwargs)
+
+
+def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``GradScaler(...)`` in a target: see :mod:`dmlpatch.rewriting.amp`."""
+    from dmlpatch.rewriting import amp
+
+    return amp.grad_scaler(original, *args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """``__dmlpatch__.torch_cuda`` (:mod:`dmlpatch.rewriting.cuda_api`) and
+    ``__dmlpatch__.accelerator`` (:mod:`dmlpatch.rewriting.accelerator`), loaded when used."""
+    if name == "torch_cuda":
+        from dmlpatch.rewriting import cuda_api
+
+        return cuda_api
+    if name == "accelerator":
+        from dmlpatch.rewriting import accelerator
+
+        return accelerator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _NOT_CUDA = object()

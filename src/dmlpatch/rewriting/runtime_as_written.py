@@ -1,8 +1,8 @@
 """What a module dmlpatch cannot make consistent calls instead of CUDA: CUDA itself, as written.
 
 Discovery routes a module here instead of to ``dmlpatch.rewriting.runtime`` when it has device sites
-but also uses a ``torch.cuda`` function the runtime does not answer (``get_device_properties``,
-``Stream``...): told that CUDA is available, its code would reach that call and fail where plain
+but also uses a ``torch.cuda`` function the runtime does not answer (``get_rng_state``,
+``CUDAGraph``...): told that CUDA is available, its code would reach that call and fail where plain
 python ran on the CPU. So every function here does exactly what the CUDA call it replaced does; only
 ``is_available()``, the moment such a module decides where to run, also says, once per module, that
 it stays where plain python would put it. A module that never asks says nothing: importing one that
@@ -61,8 +61,36 @@ def inference_mode(mode: Any = True) -> Any:
     return inference.inference_mode(mode)
 
 
+def autocast(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.autocast(...)`` and its aliases, unchanged."""
+    return original(*args, **kwargs)
+
+
+def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``GradScaler(...)``, unchanged."""
+    return original(*args, **kwargs)
+
+
+class _TorchCuda:
+    """``torch.cuda`` itself, and ``x.type(T)`` unchanged."""
+
+    @staticmethod
+    def retype(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return obj.type(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        return getattr(torch.cuda, name)
+
+
+torch_cuda = _TorchCuda()
+
+
 def __getattr__(name: str) -> Any:
-    """Any other routed ``torch.cuda.<name>``: the real one."""
+    """``torch.accelerator``, and any other routed ``torch.cuda.<name>``: the real ones."""
     import torch
 
+    if name == "accelerator":
+        return torch.accelerator
     return getattr(torch.cuda, name)

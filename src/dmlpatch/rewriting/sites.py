@@ -25,15 +25,31 @@ Site kinds:
   torch's except on DirectML, whose kernels refuse parameters inside it
   (``dmlpatch.rewriting.inference``); with ``from torch import inference_mode``, its calls and
   its use as a bare decorator.
+- ``cuda_api``: ``torch.cuda.<name>`` for ``name`` in ``cuda_api.NAMES``
+  (``get_device_properties``, memory statistics, ``Stream``, ``Event``, ``device``,
+  ``FloatTensor``...), called or not → ``__dmlpatch__.torch_cuda.<name>``; ``from torch.cuda
+  import <names>`` naming one of them imports from ``dmlpatch.rewriting.cuda_api`` instead,
+  which answers the other names with torch.cuda's.
+- ``tensor_type``: in a module that names a legacy type (``torch.cuda.FloatTensor``), every
+  ``x.type(T)`` call → ``__dmlpatch__.torch_cuda.retype(x, T)``: ``T`` is often a variable
+  (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``).
+- ``accelerator``: ``torch.accelerator`` (torch >= 2.6's device-agnostic API, which
+  torch-directml's torch 2.4.1 lacks) → ``__dmlpatch__.accelerator``
+  (``dmlpatch.rewriting.accelerator``); ``from torch import accelerator`` imports that module
+  when it is the statement's only name.
+- ``amp``: calls of ``torch.autocast``, ``torch.amp.autocast``, ``torch.cuda.amp.autocast``,
+  ``torch.amp.GradScaler`` and ``torch.cuda.amp.GradScaler`` (or the same names imported) →
+  ``__dmlpatch__.autocast(<callee>, ...)`` / ``__dmlpatch__.grad_scaler(<callee>, ...)``, which
+  say once that DirectML runs them in float32 (``dmlpatch.rewriting.amp``).
 
-Other ``torch.cuda.<name>`` uses (``get_device_properties``, ``Stream``, ``FloatTensor``...) are
-not sites: they are listed as *unanswered* (``Rewritten.unanswered``), because once a module's
-sites say CUDA is available, code behind them would fail without a CUDA GPU. Names in
+Other ``torch.cuda.<name>`` uses (``CUDAGraph``, ``nvtx``, ``get_rng_state``...) are not sites:
+they are listed as *unanswered* (``Rewritten.unanswered``), because once a module's sites say
+CUDA is available, code behind them would fail without a CUDA GPU. Names in
 ``runtime.HARMLESS_CUDA_NAMES`` behave the same with or without one and are not listed.
 
 Everything else that says ``cuda`` is left alone on purpose: comparisons
-(``x.device.type == 'cuda'``), membership tests, dict keys, messages, ``device_type=`` of
-autocast. Rewriting those would change what the program *checks*, not where it runs.
+(``x.device.type == 'cuda'``), membership tests, dict keys, messages. Rewriting those would
+change what the program *checks*, not where it runs.
 
 New nodes take the location of the expression they replace, so every original statement keeps
 its line and column numbers and tracebacks point at the original source.
@@ -47,15 +63,19 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple, Optional, TypeVar, Union
 
+from dmlpatch.rewriting.cuda_api import LEGACY_TYPE_NAMES, NAMES
 from dmlpatch.rewriting.runtime import ALIAS, CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
 _CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
 #: Functions of ``torch`` whose first argument (or ``type=``) is a device.
 _TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
 _RUNTIME_MODULE = "dmlpatch.rewriting.runtime"
+_CUDA_API_MODULE = "dmlpatch.rewriting.cuda_api"
+#: Callees of the ``amp`` sites, by the runtime function that takes them.
+_AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
 #: Bumped when the same source is rewritten differently, so cached rewrites are not reused
-#: (2: ``torch.inference_mode`` sites).
-GENERATION = 2
+#: (2: ``torch.inference_mode`` sites; 3: the CUDA API, legacy types and AMP).
+GENERATION = 3
 
 _Node = TypeVar("_Node", bound=ast.AST)
 
@@ -89,7 +109,9 @@ def rewrite(
     """Parse ``source`` and reroute its CUDA device sites to ``runtime`` (imported as
     ``__dmlpatch__``); raises ``SyntaxError`` like compile."""
     tree = ast.parse(source, filename)
-    transformer = _Transformer(_Names.of(tree), _Lines(source))
+    # Another runtime keeps CUDA's meaning: its modules import torch.cuda's names as written.
+    answers = _CUDA_API_MODULE if runtime == _RUNTIME_MODULE else None
+    transformer = _Transformer(_Names.of(tree), _Lines(source), answers)
     transformer.transform(tree)
     sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
     if sites:
@@ -112,6 +134,9 @@ class _Names:
         self.cuda_functions: dict[str, str] = {}
         self.torch_functions: dict[str, str] = {}
         self.inference_mode: set[str] = set()
+        #: Bound names of ``torch.amp`` / ``torch.cuda.amp`` and of their autocast/GradScaler.
+        self.amp_modules: set[str] = set()
+        self.amp_callees: dict[str, str] = {}
         self.unanswered: set[str] = set()
 
     @classmethod
@@ -126,6 +151,8 @@ class _Names:
                         names.torch.add(alias.asname or "torch")
                     elif alias.name == "torch.cuda":
                         names.cuda.add(alias.asname or "cuda")
+                    if alias.name in ("torch.amp", "torch.cuda.amp") and alias.asname:
+                        names.amp_modules.add(alias.asname)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 for alias in node.names:
                     bound = alias.asname or alias.name
@@ -135,6 +162,10 @@ class _Names:
                         names.torch_functions[bound] = alias.name
                     elif node.module == "torch" and alias.name == "inference_mode":
                         names.inference_mode.add(bound)
+                    elif node.module in ("torch", "torch.cuda") and alias.name == "amp":
+                        names.amp_modules.add(bound)
+                    elif node.module in _AMP_MODULES and alias.name in _AMP:
+                        names.amp_callees[bound] = _AMP[alias.name]
                     elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
                         names.cuda_functions[bound] = alias.name
                     elif node.module == "torch.cuda" and _unanswered(alias.name):
@@ -195,11 +226,15 @@ class _Transformer:
     ~570 levels deep), and the rewriter must never fail on a file that compiles.
     """
 
-    def __init__(self, names: _Names, lines: _Lines) -> None:
+    def __init__(self, names: _Names, lines: _Lines, cuda_api: Optional[str]) -> None:
         self.names = names
         self.lines = lines
+        self.cuda_api = cuda_api
         self.sites: list[Site] = []
         self.unanswered: set[str] = set()
+        #: Whether the module names a legacy CUDA tensor type, and its ``x.type(T)`` calls.
+        self.legacy_types = False
+        self.type_calls: list[ast.Call] = []
 
     def transform(self, tree: ast.Module) -> None:
         """Call ``visit_<Type>`` on each node, children first; put what it returns in its place."""
@@ -223,19 +258,25 @@ class _Transformer:
                 setattr(parent, field, replacement)
             else:
                 getattr(parent, field)[index] = replacement
+        if self.legacy_types:
+            for call in self.type_calls:
+                self._retype(call)
 
     # -- calls --------------------------------------------------------------------------------
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
-        """``torch.inference_mode`` is rerouted; ``torch.cuda.<name>`` that the runtime does not
-        answer is noted and left as it is."""
+        """``torch.inference_mode`` and the answered ``torch.cuda.<name>`` are rerouted; other
+        ``torch.cuda`` names that fail without CUDA are noted and left as they are."""
         owner = node.value
         if (
-            node.attr == "inference_mode"
+            node.attr in ("inference_mode", "accelerator")
             and isinstance(owner, ast.Name)
             and owner.id in self.names.torch
             and isinstance(node.ctx, ast.Load)
         ):
+            if node.attr == "accelerator":
+                self._site(node, "accelerator")
+                return _located(_alias("accelerator"), node)
             return self._inference_mode(node)
         of_cuda = (
             isinstance(owner, ast.Attribute)
@@ -243,8 +284,30 @@ class _Transformer:
             and isinstance(owner.value, ast.Name)
             and owner.value.id in self.names.torch
         ) or (isinstance(owner, ast.Name) and owner.id in self.names.cuda)
+        if of_cuda and node.attr in NAMES and isinstance(node.ctx, ast.Load):
+            self.legacy_types |= node.attr in LEGACY_TYPE_NAMES
+            self._site(node, "cuda_api")
+            routed = ast.Attribute(_alias("torch_cuda"), node.attr, ast.Load())
+            return _located(routed, node)
         if of_cuda and _unanswered(node.attr):
             self.unanswered.add(node.attr)
+        return node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        """``from torch.cuda import Event``: from ``cuda_api``, which has torch.cuda's others."""
+        if (
+            node.module == "torch"
+            and node.level == 0
+            and [alias.name for alias in node.names] == ["accelerator"]
+        ):
+            self._site(node, "accelerator")
+            node.module = "dmlpatch.rewriting" if self.cuda_api else node.module
+        if node.module == "torch.cuda" and node.level == 0:
+            answered = [alias.name for alias in node.names if alias.name in NAMES]
+            if answered:
+                self.legacy_types |= any(name in LEGACY_TYPE_NAMES for name in answered)
+                self._site(node, "cuda_api")
+                node.module = self.cuda_api or node.module
         return node
 
     def visit_Call(self, node: ast.Call) -> ast.expr:
@@ -252,6 +315,20 @@ class _Transformer:
         if isinstance(func, ast.Name) and func.id in self.names.inference_mode:
             node.func = self._inference_mode(func)
             return node
+        amp = self._amp_callee(func)
+        if amp is not None:
+            self._site(node, "amp")
+            node.args = [func, *node.args]
+            node.func = _located(_alias(amp), func)
+            return node
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "type"
+            and self._is_object(func.value)
+            and len(node.args) + len(node.keywords) >= 1
+            and not any(isinstance(arg, ast.Starred) for arg in node.args)
+        ):
+            self.type_calls.append(node)
         function = self._cuda_function(func)
         if function is not None:
             self._site(node, "is_available" if function == "is_available" else "cuda_api")
@@ -382,6 +459,33 @@ class _Transformer:
             return func.attr
         return None
 
+    def _amp_callee(self, func: ast.expr) -> Optional[str]:
+        """The runtime function for a call of autocast or GradScaler, else None."""
+        if isinstance(func, ast.Name):
+            return self.names.amp_callees.get(func.id)
+        if not isinstance(func, ast.Attribute) or func.attr not in _AMP:
+            return None
+        owner = func.value
+        if isinstance(owner, ast.Name):
+            is_amp = owner.id in self.names.amp_modules or owner.id in self.names.torch
+        else:
+            is_amp = _dotted(owner, self.names.torch) in ("amp", "cuda.amp") or (
+                isinstance(owner, ast.Attribute)
+                and owner.attr == "amp"
+                and isinstance(owner.value, ast.Name)
+                and owner.value.id in self.names.cuda
+            )
+        return _AMP[func.attr] if is_amp else None
+
+    def _retype(self, call: ast.Call) -> None:
+        """``x.type(T)`` → ``__dmlpatch__.torch_cuda.retype(x, T)``, in place."""
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        self._site(call, "tensor_type")
+        call.args = [func.value, *call.args]
+        routed = ast.Attribute(_alias("torch_cuda"), "retype", ast.Load())
+        call.func = _located(routed, func)
+
     def _torch_device_function(self, func: ast.expr) -> bool:
         if isinstance(func, ast.Name):
             return func.id in self.names.torch_functions
@@ -467,7 +571,27 @@ def _cuda_prefix(node: ast.expr) -> bool:
 
 def _unanswered(name: str) -> bool:
     """A ``torch.cuda`` name that fails without a CUDA GPU and that the runtime does not route."""
-    return name not in CUDA_FUNCTIONS and name not in HARMLESS_CUDA_NAMES and name != "*"
+    return (
+        name not in CUDA_FUNCTIONS
+        and name not in NAMES
+        and name not in HARMLESS_CUDA_NAMES
+        and name != "*"
+    )
+
+
+#: Modules whose autocast / GradScaler the ``amp`` sites take.
+_AMP_MODULES = frozenset({"torch", "torch.amp", "torch.cuda.amp"})
+
+
+def _dotted(node: ast.expr, torch_names: set[str]) -> Optional[str]:
+    """``torch.a.b`` (``torch`` under any of its bound names) as ``"a.b"``; else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in torch_names and parts:
+        return ".".join(reversed(parts))
+    return None
 
 
 def _names_device(name: str) -> bool:

@@ -1,0 +1,110 @@
+"""The CUDA API a program calls once it has its device, in a user's project on DirectML.
+
+The project's helper module is the corpus's ``cuda_api.py``: device properties and memory
+statistics (yolov5's ``select_device``), ``Event``/``Stream`` timing, ``torch.cuda.device(i)``,
+legacy ``torch.cuda.FloatTensor`` types with ``x.type(Tensor)``, an AMP training loop with
+``autocast`` and ``GradScaler``, and ``torch.accelerator``. Under plain python on this machine
+(no CUDA) it takes its CPU branches; under the runner and under activation on the simulated
+device it takes its CUDA branches, which fail without dmlpatch (``Found no NVIDIA driver``),
+and gives the CPU's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support import REPO, clean_env, linked_venv, run_python
+
+MAIN = """
+import json
+from helpers import gpu
+
+print(json.dumps(gpu.run()))
+"""
+
+AMP_LINE = (
+    "dmlpatch: warning: DirectML has no mixed precision (AMP): the program's autocast and "
+    "GradScaler are off and it runs in float32 on privateuseone:0"
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "__init__.py").write_text("")
+    shutil.copy(REPO / "tests" / "corpus" / "cuda_api.py", tmp_path / "helpers" / "gpu.py")
+    (tmp_path / "train.py").write_text(MAIN)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def venv() -> Iterator[tuple[str, Path]]:
+    yield from linked_venv()
+
+
+def _on_device_equal_to_cpu(got: dict, expected: dict) -> None:
+    assert expected["describe"] == {"device": "cpu"}
+    assert got["describe"] == {
+        "name": "Simulated Radeon (discrete)",
+        "memory_mib": 8192.0,
+        "capability": [0, 0],
+        "bf16": False,
+        "allocated": 0,
+        "peak": 0,
+        "free_total": [8 * 2**30, 8 * 2**30],
+    }
+    for row, expected_row in zip(got["timed"], expected["timed"]):
+        assert row == pytest.approx(expected_row, rel=1e-5, abs=1e-6)
+    assert got["elapsed_ok"] is True
+    legacy, cpu_legacy = got["legacy"], expected["legacy"]
+    assert legacy.pop("is_cuda_float") is True and cpu_legacy.pop("is_cuda_float") is None
+    assert legacy == cpu_legacy
+    assert got["amp"][:4] == pytest.approx(expected["amp"][:4], rel=1e-5)
+    assert got["amp"][4] == expected["amp"][4] == 0.0  # the newer GradScaler: off on both
+    assert (got["accelerator"], expected["accelerator"]) == ("privateuseone:0", "cpu")
+    assert got["oom_is_class"] is True
+
+
+def test_runner_answers_the_cuda_api_on_the_device(project: Path) -> None:
+    plain = run_python(["train.py"], cwd=project)
+    assert plain.code == 0, plain.err
+    patched = run_python(["-m", "dmlpatch", "--device", "sim", "train.py"], cwd=project)
+    assert patched.code == 0, patched.err
+    _on_device_equal_to_cpu(json.loads(patched.out), json.loads(plain.out))
+    assert patched.err_lines.count(AMP_LINE) == 1
+    assert "running on privateuseone:0" in patched.err
+
+
+def test_activation_answers_the_cuda_api_on_the_device(
+    project: Path, venv: tuple[str, Path]
+) -> None:
+    python, _ = venv
+    expected = json.loads(run_python(["train.py"], cwd=project, python=python).out)
+    activated = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+    assert activated.code == 0, activated.err
+    try:
+        result = run_python(["train.py"], cwd=project, python=python)
+    finally:
+        run_python(["-m", "dmlpatch", "deactivate"], python=python)
+    assert result.code == 0, result.err
+    _on_device_equal_to_cpu(json.loads(result.out), expected)
+    assert result.err_lines.count(AMP_LINE) == 1
+
+
+def test_without_dmlpatch_the_cuda_branches_fail_on_directml(project: Path) -> None:
+    """What a user meets with torch-directml alone, the device line edited by hand: the
+    CUDA API behind it has no NVIDIA driver to talk to."""
+    gpu = project / "helpers" / "gpu.py"
+    source = gpu.read_text()
+    edited = source.replace("cuda = torch.cuda.is_available()", "cuda = True").replace(
+        'torch.device("cuda:0" if cuda else "cpu")', "dmlpatch.sim.device(0)"
+    )
+    gpu.write_text("import dmlpatch.sim\ndmlpatch.sim.load()\n" + edited)
+    result = run_python(["train.py"], cwd=project, env=clean_env())
+    assert result.code == 1
+    assert "Found no NVIDIA driver on your system" in result.err_lines[-1]

@@ -1,0 +1,264 @@
+"""What rewritten code's CUDA API answers (``dmlpatch.rewriting.cuda_api``, ``amp``,
+``accelerator``) for a given resolution: DirectML's truth on an accelerator, torch's own
+answer (or failure) anywhere else. The end-to-end runs are in tests/e2e/test_cuda_api.py."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from corpus._harness import accelerator, cpu
+from dmlpatch import log
+from dmlpatch.devices import adapters, resolution
+from dmlpatch.rewriting import amp, cuda_api, runtime
+
+
+@pytest.fixture
+def on(monkeypatch: pytest.MonkeyPatch) -> Callable[[resolution.Resolution], None]:
+    def use(target: resolution.Resolution) -> None:
+        monkeypatch.setattr(resolution, "current", lambda: target)
+        monkeypatch.setattr(runtime, "_current_ordinal", 0)
+
+    return use
+
+
+@pytest.fixture
+def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    lines: list[str] = []
+    monkeypatch.setattr(log, "_said", set())
+    monkeypatch.setattr(log, "say", lines.append)
+    return lines
+
+
+def directml(*indices: int) -> resolution.Resolution:
+    return accelerator(*indices)._replace(backend="directml")
+
+
+# -- properties and memory ----------------------------------------------------------------------
+
+
+def test_properties_name_the_mapped_adapter_with_no_cuda_capability(on) -> None:
+    on(accelerator(1, 0))
+    properties = cuda_api.get_device_properties(0)
+    assert (properties.name, properties.total_memory) == ("Fake adapter 1", 8 * 2**30)
+    assert (properties.major, properties.minor) == (0, 0)
+    assert cuda_api.get_device_capability("cuda:1") == (0, 0)
+    assert cuda_api.get_device_properties(torch.device("cuda", 1)).name == "Fake adapter 0"
+    assert "total_memory=8192MB" in repr(properties)
+    assert cuda_api.is_bf16_supported() is False
+    with pytest.raises(RuntimeError, match="invalid device ordinal 2"):
+        cuda_api.get_device_properties(2)
+
+
+def test_unknown_memory_reads_zero_and_is_said_once(on, said: list[str]) -> None:
+    on(directml(0))
+    assert cuda_api.get_device_properties().total_memory == 0
+    assert cuda_api.get_device_properties().total_memory == 0
+    assert said == [
+        "warning: the memory size of Fake adapter 0 is unknown on this system (DirectML does "
+        "not report it); torch.cuda.get_device_properties(...).total_memory reads 0"
+    ]
+    with pytest.raises(RuntimeError, match="memory size of Fake adapter 0 is unknown"):
+        cuda_api.mem_get_info()
+
+
+def test_memory_statistics_of_the_simulated_device(on) -> None:
+    on(accelerator(0))
+    cuda_api.reset_peak_memory_stats()
+    assert cuda_api.memory_allocated() == cuda_api.max_memory_allocated() == 0
+    assert cuda_api.memory_reserved(0) == cuda_api.max_memory_reserved("cuda:0") == 0
+    assert cuda_api.mem_get_info() == (8 * 2**30, 8 * 2**30)
+    assert cuda_api.memory_stats()["allocated_bytes.all.peak"] == 0
+    assert cuda_api.memory_summary().startswith("DirectML memory of Fake adapter 0: 0.0 MiB")
+
+
+def test_off_the_accelerator_every_name_is_torch_cuda_s_own(on) -> None:
+    on(cpu())
+    with pytest.raises((RuntimeError, AssertionError)):
+        cuda_api.get_device_properties(0)
+    assert cuda_api.memory_allocated() == torch.cuda.memory_allocated()
+    assert cuda_api.OutOfMemoryError is torch.cuda.OutOfMemoryError
+    with pytest.raises((TypeError, RuntimeError)):  # "type torch.cuda.FloatTensor not available"
+        cuda_api.FloatTensor(2)
+    with pytest.raises((RuntimeError, AssertionError)):
+        cuda_api.Event(enable_timing=True).record()
+
+
+def test_registry_memory_of_the_adapter_named_by_directml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows' registry, as a stand-in module with its API (nothing else is replaced)."""
+    adapters_in_registry = {
+        "0000": {"DriverDesc": "Intel(R) UHD Graphics", "HardwareInformation.MemorySize": 2**30},
+        "0001": {
+            "DriverDesc": "AMD Radeon RX 6600",
+            "HardwareInformation.qwMemorySize": 8 * 2**30,
+        },
+        "0002": {"DriverDesc": "Old card", "HardwareInformation.MemorySize": b"\x00\x00\x00\x20"},
+        "Properties": {},
+    }
+
+    class Key:
+        def __init__(self, values: dict[str, Any]) -> None:
+            self.values = values
+
+        def __enter__(self) -> Key:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    def open_key(parent: Any, name: str) -> Key:
+        if parent == "HKLM":
+            return Key({})
+        if name not in adapters_in_registry:
+            raise OSError(name)
+        return Key(adapters_in_registry[name])
+
+    def enum_key(key: Key, index: int) -> str:
+        names = list(adapters_in_registry)
+        if index >= len(names):
+            raise OSError("no more")
+        return names[index]
+
+    def query(key: Key, name: str) -> tuple[Any, int]:
+        if name not in key.values:
+            raise FileNotFoundError(name)
+        return key.values[name], 0
+
+    fake = types.SimpleNamespace(
+        HKEY_LOCAL_MACHINE="HKLM", OpenKey=open_key, EnumKey=enum_key, QueryValueEx=query
+    )
+    monkeypatch.setitem(sys.modules, "winreg", fake)
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert adapters.total_memory("directml", "AMD Radeon RX 6600") == 8 * 2**30
+    assert adapters.total_memory("directml", "Intel(R) UHD Graphics") == 2**30
+    assert adapters.total_memory("directml", "Old card") == 2**29
+    assert adapters.total_memory("directml", "Missing") is None
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert adapters.total_memory("directml", "AMD Radeon RX 6600") is None
+
+
+# -- the current device, streams, events ----------------------------------------------------------
+
+
+def test_device_context_sets_and_restores_the_ordinal(on) -> None:
+    on(accelerator(0, 1))
+    with cuda_api.device(1):
+        assert runtime.current_device() == 1
+        with cuda_api.device("cuda:0"):
+            assert runtime.current_device() == 0
+        assert runtime.current_device() == 1
+    assert runtime.current_device() == 0
+
+
+def test_events_time_only_when_asked(on) -> None:
+    on(accelerator(0))
+    untimed, end = cuda_api.Event(), cuda_api.Event(enable_timing=True)
+    end.recorded_at = 1.0
+    untimed.recorded_at = 0.5
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        untimed.elapsed_time(end)
+    start = cuda_api.Event(enable_timing=True)
+    with pytest.raises(RuntimeError, match="must be recorded"):
+        start.elapsed_time(end)
+    start.recorded_at = 0.25
+    assert start.elapsed_time(end) == 750.0
+    assert cuda_api.Stream() == cuda_api.current_stream() == cuda_api.default_stream(0)
+    assert cuda_api.Stream().query() and start.query()
+
+
+# -- AMP ------------------------------------------------------------------------------------------
+
+
+AMP_LINE = (
+    "warning: DirectML has no mixed precision (AMP): the program's autocast and GradScaler are "
+    "off and it runs in float32 on privateuseone:0"
+)
+
+
+@pytest.mark.parametrize(
+    ("callee", "args", "kwargs"),
+    [
+        (torch.autocast, ("cuda",), {}),
+        (torch.autocast, (), {"device_type": "cuda", "dtype": torch.float16}),
+        (torch.autocast, ("privateuseone",), {}),
+        (torch.amp.autocast, (torch.device("cuda", 0).type,), {}),
+        (torch.cuda.amp.autocast, (), {}),
+        (torch.cuda.amp.autocast, (True, torch.float16), {}),
+    ],
+)
+def test_autocast_for_the_target_is_float32_said_once(
+    on, said: list[str], callee: Any, args: tuple, kwargs: dict
+) -> None:
+    on(accelerator(0))
+    context = amp.autocast(callee, *args, **kwargs)
+    assert not isinstance(context, torch.autocast)
+    with context:
+        assert not torch.is_autocast_enabled()
+    assert said == [AMP_LINE]
+
+    @amp.autocast(callee, *args, **kwargs)
+    def decorated() -> float:
+        return torch.ones(1).item()
+
+    assert decorated() == 1.0
+    assert said == [AMP_LINE]
+
+
+@pytest.mark.parametrize(
+    ("callee", "args", "kwargs"),
+    [
+        (torch.autocast, ("cuda",), {"enabled": False}),
+        (torch.autocast, ("cuda", torch.float16, False), {}),
+        (torch.cuda.amp.autocast, (False,), {}),
+    ],
+)
+def test_disabled_autocast_says_nothing(
+    on, said: list[str], callee: Any, args: tuple, kwargs: dict
+) -> None:
+    on(accelerator(0))
+    with amp.autocast(callee, *args, **kwargs):
+        pass
+    assert said == []
+
+
+def test_cpu_autocast_and_runs_off_directml_are_torch_s(on, said: list[str]) -> None:
+    on(accelerator(0))
+    context = amp.autocast(torch.autocast, "cpu", dtype=torch.bfloat16)
+    assert isinstance(context, torch.autocast)
+    assert (context.device, context.fast_dtype) == ("cpu", torch.bfloat16)
+    on(cpu())
+    assert isinstance(amp.autocast(torch.autocast, "cpu"), torch.autocast)
+    assert said == []
+
+
+@pytest.mark.parametrize(
+    ("callee", "args", "kwargs", "says"),
+    [
+        (torch.amp.GradScaler, (), {}, True),
+        (torch.amp.GradScaler, ("cuda",), {"init_scale": 1024.0}, True),
+        (torch.amp.GradScaler, ("cuda", 2.0**16, 2.0, 0.5, 2000, False), {}, False),
+        (torch.cuda.amp.GradScaler, (), {}, True),
+        (torch.cuda.amp.GradScaler, (2.0**16, 2.0, 0.5, 2000, False), {}, False),
+        (torch.cuda.amp.GradScaler, (), {"enabled": False}, False),
+    ],
+)
+def test_grad_scaler_for_the_target_is_the_identity(
+    on, said: list[str], callee: Any, args: tuple, kwargs: dict, says: bool
+) -> None:
+    on(accelerator(0))
+    scaler = amp.grad_scaler(callee, *args, **kwargs)
+    assert not scaler.is_enabled()
+    loss = torch.tensor(3.0)
+    assert scaler.scale(loss) is loss
+    assert said == ([AMP_LINE] if says else [])
+
+
+def test_grad_scaler_for_the_cpu_is_torch_s(on, said: list[str]) -> None:
+    on(accelerator(0))
+    scaler = amp.grad_scaler(torch.amp.GradScaler, "cpu")
+    assert scaler.is_enabled()
+    assert said == []
