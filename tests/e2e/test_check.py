@@ -197,6 +197,40 @@ def test_a_refusal_is_named_by_its_text(tmp_path: Path, write: Callable[[str, st
     assert [r["known_failure"] for r in refused] == ["inference-mode"]
 
 
+TRACES = """
+import json, torch
+from torch import nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(144, 2)).to(device)
+x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0)).to(device)
+traced = torch.jit.trace(model, x)  # as yolov5 does for TensorBoard's graph
+print(json.dumps({"same": torch.equal(traced(x), model(x)), "device": str(x.device)}))
+"""
+
+
+def test_a_program_that_traces_its_model_runs_and_is_counted(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    """torch.jit.trace fails under any dispatch mode, and its recording run must not be
+    counted (its shapes are traced values): check and an ordinary run both stay out of it."""
+    result, data = _check(tmp_path, write, TRACES, "--device", "sim")
+    assert result.code == 0 and data["status"] == "runs", result.err
+    assert json.loads(result.out) == {"same": True, "device": "privateuseone:0"}
+    # The two forwards the program ran after tracing: a conv and a linear each.
+    assert data["compute"]["on_device"]["calls"] == 4
+    assert data["compute"]["device_share"] == 1.0
+    plain = run_python(
+        ["-m", "dmlpatch", "--device", "sim", "--report=r.json", "program.py"],
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    assert plain.code == 0, plain.err
+    assert json.loads(plain.out)["same"] is True
+    assert "TracerWarning" not in plain.err
+    assert json.loads((tmp_path / "r.json").read_text())["compute"]["device_share"] == 1.0
+
+
 def test_the_programs_own_failures_keep_their_status(
     tmp_path: Path, write: Callable[[str, str], Path]
 ) -> None:

@@ -126,7 +126,7 @@ ENTRY_TESTS: dict[str, object] = {
     "autocast": [
         "tests/e2e/test_cuda_api.py::test_runner_answers_the_cuda_api_on_the_device",
         "tests/e2e/test_cuda_api.py::test_activation_answers_the_cuda_api_on_the_device",
-        "tests/unit/test_cuda_api.py::test_autocast_for_the_target_is_float32_said_once",
+        "tests/unit/test_cuda_answers.py::test_autocast_for_the_target_is_float32_said_once",
     ],
     "float64": ["tests/e2e/sim/test_sim_fidelity.py::test_float64_switch"],
     "scalar-writes": [

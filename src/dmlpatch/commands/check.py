@@ -161,6 +161,8 @@ def _check(options: Any, chosen: _Options) -> int:
 
     placement = operators.Counter()
     placement.__enter__()
+    tracing = operators.traces_unobserved()
+    tracing.__enter__()
     error: Optional[BaseException] = None
     program_code = 0
     program_file = None if options.module else os.path.abspath(options.rest[0])
@@ -174,6 +176,7 @@ def _check(options: Any, chosen: _Options) -> int:
     except BaseException as caught:  # the program's own failure: reported, then judged
         error = caught
     finally:
+        tracing.__exit__(None, None, None)
         placement.__exit__(None, None, None)
         if shadow is not None:
             shadow.__exit__(None, None, None)

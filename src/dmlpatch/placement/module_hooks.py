@@ -13,6 +13,7 @@ import weakref
 from typing import Any, Optional
 
 from torch import nn
+from torch._C import _is_tracing
 from torch.nn.modules import module as _module
 from torch.utils.hooks import RemovableHandle
 
@@ -38,6 +39,10 @@ def install() -> ledger.Ledger:
         if family is _UNSEEN:
             family = family_of(type(module))
         if family is None:
+            return
+        if _is_tracing():
+            # torch.jit.trace runs the forward once more to record it: not the program's
+            # compute, and shapes there are traced tensors that the trace would record too.
             return
         try:
             _count(book, family, module, inputs, output)

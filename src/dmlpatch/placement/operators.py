@@ -9,9 +9,12 @@ line; that costs tens of microseconds, which ``check`` can afford and an ordinar
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import functools
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import torch
+from torch._C import _is_tracing
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -54,7 +57,8 @@ class Counter(TorchDispatchMode):
             known = (name, families.operator_family(name))
             self._families[func] = known
         name, family = known
-        if family is None:
+        if family is None or _is_tracing():
+            # torch.jit.trace's recording run (see module_hooks): not the program's compute.
             return
         kind = _device_of((args, kwargs)) or _device_of(result)
         if kind in ("", "meta"):
@@ -71,3 +75,36 @@ class Counter(TorchDispatchMode):
                 self.ledger.add_cpu(caller.site, family, flops)
         else:
             self.ledger.add(kind, flops)
+
+
+#: What ``torch.jit`` traces with; each cannot record under a dispatch mode.
+_TRACERS = ("trace", "trace_module")
+
+
+@contextlib.contextmanager
+def traces_unobserved() -> Iterator[None]:
+    """``torch.jit.trace`` runs outside ``check``'s dispatch modes while this is open.
+
+    Under any TorchDispatchMode the tracer fails ("Cannot insert a Tensor that requires grad as
+    a constant"): a program that traces its model for TensorBoard (yolov5) or export would
+    fail under ``check`` alone. A trace re-runs a forward to record it, so nothing the program
+    computes goes uncounted.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def unobserved(trace: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(trace)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            with _disable_current_modes():
+                return trace(*args, **kwargs)
+
+        return traced
+
+    originals = {name: getattr(torch.jit, name) for name in _TRACERS}
+    for name, trace in originals.items():
+        setattr(torch.jit, name, unobserved(trace))
+    try:
+        yield
+    finally:
+        for name, trace in originals.items():
+            setattr(torch.jit, name, trace)
