@@ -90,6 +90,14 @@ def test_site_records_position_kind_and_original_text() -> None:
             "from torch import inference_mode as im\n@im\ndef f(): pass\nwith im(False): pass",
             [("inference_mode", "im"), ("inference_mode", "im")],
         ),
+        (
+            "def get_device_name():\n    if ok:\n        return f'cuda:{rank}'\n    return 'cpu'",
+            [("device_literal", "f'cuda:{rank}'")],
+        ),
+        (
+            "async def pick_device(): return 'cuda'",
+            [("device_literal", "'cuda'")],
+        ),
         ("with torch.cuda.device(1): pass", [("cuda_api", "torch.cuda.device")]),
         ("torch.cuda.get_device_properties(0)", [("cuda_api", "torch.cuda.get_device_properties")]),
         ("e = torch.cuda.Event", [("cuda_api", "torch.cuda.Event")]),
@@ -153,6 +161,8 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "x.type()",
         "x.type(torch.float16)",
         "torch.accelerators",
+        "def backend(): return 'cuda'",
+        "def get_device():\n    def name(): return 'cuda'\n    return name",
     ],
 )
 def test_not_device_sites(snippet: str) -> None:

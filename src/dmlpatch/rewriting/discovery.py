@@ -63,8 +63,8 @@ NEVER = frozenset(
 )
 
 #: Bumped when the rewriter finds sites it did not before (2: ``torch.inference_mode``; 3: the
-#: CUDA API, AMP and ``torch.accelerator``).
-_FORMAT = 3
+#: CUDA API, AMP and ``torch.accelerator``; 4: what functions named for a device return).
+_FORMAT = 4
 #: Index files kept: one per top-level package and place, so a few hundred cover many
 #: environments; older ones (deleted trees, old environments) are pruned.
 _KEEP = 512

@@ -17,7 +17,8 @@ Site kinds:
   ``torch.set_default_device``, the first argument of ``.to(...)``, a keyword argument whose
   name ends in ``device`` or is ``map_location``, the default of a parameter whose name ends
   in ``device``, the value assigned to a name or attribute ending in ``device``, and the
-  ``default=`` of ``add_argument('--device', ...)``. Branches of ``a if c else b`` and
+  ``default=`` of ``add_argument('--device', ...)``, and what a function whose name says
+  ``device`` returns (``get_device_name()``). Branches of ``a if c else b`` and
   operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
   ``torch.device(__dmlpatch__.device(i))``.
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
@@ -74,8 +75,9 @@ _CUDA_API_MODULE = "dmlpatch.rewriting.cuda_api"
 #: Callees of the ``amp`` sites, by the runtime function that takes them.
 _AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
 #: Bumped when the same source is rewritten differently, so cached rewrites are not reused
-#: (2: ``torch.inference_mode`` sites; 3: the CUDA API, legacy types and AMP).
-GENERATION = 3
+#: (2: ``torch.inference_mode`` sites; 3: the CUDA API, legacy types and AMP; 4: what
+#: functions named for a device return).
+GENERATION = 4
 
 _Node = TypeVar("_Node", bound=ast.AST)
 
@@ -384,12 +386,23 @@ class _Transformer:
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         self._defaults(node.args)
         self._decorators(node.decorator_list)
+        self._returns(node)
         return node
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
         self._defaults(node.args)
         self._decorators(node.decorator_list)
+        self._returns(node)
         return node
+
+    def _returns(self, node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> None:
+        """``def get_device_name(): ... return f'cuda:{rank}'``: what a function named for a
+        device returns names one (its nested functions are their own)."""
+        if "device" not in node.name.lower():
+            return
+        for statement in _own_statements(node):
+            if isinstance(statement, ast.Return) and statement.value is not None:
+                statement.value = self._device_value(statement.value)
 
     def _decorators(self, decorators: list[ast.expr]) -> None:
         """``@inference_mode`` imported from torch, bare (a call is found as a call)."""
@@ -541,6 +554,20 @@ def _children(node: ast.AST) -> list[_Entry]:
             entries.append((value, node, field, None, False))
     entries.reverse()
     return entries
+
+
+def _own_statements(function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> Iterator[ast.AST]:
+    """The statements of ``function``'s body, without those of functions and classes in it."""
+    queue: deque[ast.AST] = deque(function.body)
+    while queue:
+        node = queue.popleft()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                queue.extend(item for item in value if isinstance(item, _BLOCKS))
 
 
 def _says_cuda(node: ast.expr) -> bool:
