@@ -21,6 +21,9 @@ Site kinds:
   ``device`` returns (``get_device_name()``). Branches of ``a if c else b`` and
   operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
   ``torch.device(__dmlpatch__.device(i))``.
+- ``device_value``: the computed argument of ``torch.device(x)`` (a name, an attribute, a
+  call) → ``torch.device(__dmlpatch__.device(x))``: yolov5's ``select_device`` ends with
+  ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do not name CUDA pass unchanged.
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
 - ``inference_mode``: ``torch.inference_mode`` → ``__dmlpatch__.inference_mode``, which is
   torch's except on DirectML, whose kernels refuse parameters inside it
@@ -377,9 +380,9 @@ class _Transformer:
                 node.keywords = [k for k in node.keywords if k.arg not in ("type", "index")]
             return
         if node.args:
-            node.args[0] = self._device_value(node.args[0])
+            node.args[0] = self._device_value(node.args[0], computed=True)
         elif type_keyword is not None:
-            type_keyword.value = self._device_value(type_keyword.value)
+            type_keyword.value = self._device_value(type_keyword.value, computed=True)
 
     # -- definitions and assignments ----------------------------------------------------------
 
@@ -440,19 +443,27 @@ class _Transformer:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _device_value(self, node: ast.expr) -> ast.expr:
-        """Wrap ``node`` (or the branches of ``a if c else b`` / ``a or b``) if it says CUDA."""
+    def _device_value(self, node: ast.expr, computed: bool = False) -> ast.expr:
+        """Wrap ``node`` (or the branches of ``a if c else b`` / ``a or b``) if it says CUDA;
+        with ``computed``, also a value only known at run time (a name, a call...)."""
         if isinstance(node, ast.IfExp):
-            node.body = self._device_value(node.body)
-            node.orelse = self._device_value(node.orelse)
+            node.body = self._device_value(node.body, computed)
+            node.orelse = self._device_value(node.orelse, computed)
             return node
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-            node.values = [self._device_value(value) for value in node.values]
+            node.values = [self._device_value(value, computed) for value in node.values]
             return node
-        if not _says_cuda(node):
-            return node
-        self._site(node, "device_literal")
-        return _runtime_call("device", [node], node)
+        if _says_cuda(node):
+            self._site(node, "device_literal")
+            return _runtime_call("device", [node], node)
+        if (
+            computed
+            and not isinstance(node, (ast.Constant, ast.JoinedStr))
+            and not (_is_runtime_call(node))
+        ):
+            self._site(node, "device_value")
+            return _runtime_call("device", [node], node)
+        return node
 
     def _cuda_function(self, func: ast.expr) -> Optional[str]:
         """``torch.cuda.<f>`` (or an imported alias of it) for a routed ``f``, else None."""
@@ -586,6 +597,16 @@ def _says_cuda(node: ast.expr) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr == "format" and _cuda_prefix(node.func.value)
     return False
+
+
+def _is_runtime_call(node: ast.expr) -> bool:
+    """``__dmlpatch__.<name>(...)``: rewritten already (rewriting twice changes nothing)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == ALIAS
+    )
 
 
 def _cuda_prefix(node: ast.expr) -> bool:

@@ -60,7 +60,7 @@ def select_device(
     """``select_device``: DirectML requests return ``privateuseone:N`` and log the adapter."""
     bound = bound_arguments(wrapped, args, kwargs)
     request = bound.arguments["device"]
-    chosen = _directml_device(request)
+    chosen = directml_request(request)
     if chosen is None:
         return wrapped(*args, **kwargs)
     global _current_index
@@ -72,7 +72,7 @@ def select_device(
     return chosen
 
 
-def _directml_device(request: Any) -> Optional[torch.device]:
+def directml_request(request: Any) -> Optional[torch.device]:
     """The DirectML device a request means, None for requests ultralytics handles itself."""
     if isinstance(request, torch.device):
         if request.type == DEVICE_TYPE:
@@ -180,13 +180,13 @@ def _log_selection(wrapped: Wrapper, device: torch.device, newline: bool) -> Non
     product = f"YOLOv{version}" if version.startswith(("8.0.", "8.1.")) else version
     line = (
         f"Ultralytics {product} 🚀 Python-{python} torch-{torch.__version__} "
-        f"DML:{device.index} ({_device_name(device.index or 0)})"
+        f"DML:{device.index} ({adapter_name(device.index or 0)})"
     )
     if logger is not None:
         logger.info(line + "\n" if newline else line)
 
 
-def _device_name(index: int) -> str:
+def adapter_name(index: int) -> str:
     module = getattr(torch, DEVICE_TYPE, None)
     try:
         return str(module.device_name(index)) if module is not None else f"DirectML {index}"
@@ -227,7 +227,7 @@ class DirectMLBackend:
             _current_index = _index(device)
 
     def get_device_name(self, device: Any = None) -> str:
-        return _device_name(_index(device))
+        return adapter_name(_index(device))
 
     def synchronize(self, device: Any = None) -> None:
         synchronize()
@@ -245,7 +245,7 @@ class DirectMLBackend:
     def get_device_properties(self, device: Any = None) -> SimpleNamespace:
         # torch-directml does not report an adapter's total memory: 0 means "unknown" to
         # ultralytics (its memory fraction becomes 0 instead of a division by zero).
-        return SimpleNamespace(name=_device_name(_index(device)), total_memory=0)
+        return SimpleNamespace(name=adapter_name(_index(device)), total_memory=0)
 
     def empty_cache(self) -> None:
         """DirectML frees memory itself; there is no cache to empty."""
@@ -340,7 +340,7 @@ def setup_ddp(
     validator, which rebuilds ``torch.device('cuda', current_device())``), and gloo, which
     dmlpatch's torch.distributed fixes let carry DirectML tensors.
     """
-    chosen = _directml_device(getattr(instance.args, "device", None))
+    chosen = directml_request(getattr(instance.args, "device", None))
     if chosen is None:
         return wrapped(*args, **kwargs)
     from datetime import timedelta
