@@ -98,6 +98,11 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/opfix/test_opfix_foreach.py::test_optimizer_steps_on_the_device_equal_to_cpu",
         "tests/e2e/opfix/test_opfix_foreach.py::test_every_foreach_kernel_equals_the_cpu",
     ],
+    "fused-optimizers": [
+        "tests/e2e/opfix/test_opfix_foreach.py::test_without_dmlpatch_fused_steps_fall_back",
+        "tests/e2e/opfix/test_opfix_foreach.py::test_optimizer_steps_on_the_device_equal_to_cpu",
+        "tests/e2e/libraries/test_hf_stack.py::test_trainer_trains_three_steps_on_the_device_equal_to_cpu",
+    ],
     "float-times-bool": None,
     "cross-entropy-none-grad": None,
     "generator": None,

@@ -462,6 +462,20 @@ FAILURES: tuple[Failure, ...] = (
         "slow path",
     ),
     Failure(
+        "fused-optimizers",
+        "Adam/AdamW(fused=True): every step, including transformers' Trainer (its default "
+        "optim is adamw_torch_fused)",
+        _fallback("aten::_fused_adamw_"),
+        "found running transformers' Trainer on the simulated device; torch offers the fused "
+        "path to PrivateUse1 backends and torch-directml registers no fused optimizer",
+        ("aten::_fused_adam_", "aten::_fused_adamw_"),
+        "op list",
+        "",
+        "kernel",
+        "dmlpatch.opfix.optimizers: the fused step of the CPU kernel, composed of per-tensor "
+        "operators",
+    ),
+    Failure(
         "float-times-bool",
         "float tensor multiplied by a bool tensor (t *= mask) silently becomes bool",
         "",

@@ -75,6 +75,7 @@ FAMILIES = (
     "sampling",
     "indexing",
     "foreach",
+    "optimizers",
     "embedding",
 )
 

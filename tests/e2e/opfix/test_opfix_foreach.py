@@ -23,6 +23,16 @@ OPTIMIZERS: dict[str, tuple[type, dict[str, Any]]] = {
     "Adagrad": (torch.optim.Adagrad, {"lr": 0.1}),
     "NAdam": (torch.optim.NAdam, {"lr": 0.01}),
     "RAdam": (torch.optim.RAdam, {"lr": 0.01}),
+    # The fused path transformers' Trainer takes by default (optim="adamw_torch_fused").
+    "AdamW fused": (torch.optim.AdamW, {"lr": 0.01, "fused": True}),
+    "AdamW fused amsgrad": (
+        torch.optim.AdamW,
+        {"lr": 0.01, "fused": True, "amsgrad": True, "weight_decay": 0.1},
+    ),
+    "Adam fused decay maximize": (
+        torch.optim.Adam,
+        {"lr": torch.tensor(0.01), "fused": True, "weight_decay": 0.05, "maximize": True},
+    ),
 }
 
 
@@ -63,6 +73,15 @@ def test_without_dmlpatch_every_step_falls_back(dev: torch.device, name: str) ->
         fallbacks = sim.counters()["ops"]["fallback"]
     assert "aten::_foreach_norm.Scalar" in fallbacks  # clip_grad_norm_
     assert any(op.startswith(("aten::_foreach_mul_", "aten::_foreach_lerp_")) for op in fallbacks)
+
+
+def test_without_dmlpatch_fused_steps_fall_back(dev: torch.device) -> None:
+    with without_fixes(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim.reset_counters()
+        _train(dev, "AdamW fused")
+        fallbacks = sim.counters()["ops"]["fallback"]
+    assert fallbacks["aten::_fused_adamw_"] == 3, fallbacks
 
 
 def _sample(argument: Any, base: str) -> Any:

@@ -34,7 +34,16 @@ def device_map_on_directml(
 
 def _on_target(value: Any) -> Any:
     """A CUDA device (``'cuda'``, ``'cuda:1'``, ``1``, ``torch.device('cuda', 1)``) as the target's
-    adapter; anything else (``'cpu'``, ``'disk'``, ``'auto'``) unchanged."""
+    adapter; anything else (``'cpu'``, ``'disk'``, ``'auto'``) unchanged.
+
+    As a ``torch.device``, which is what transformers makes of a device string itself: given
+    the string, it hands ``'privateuseone:0'`` to safetensors, which knows only CUDA's names.
+    """
     if isinstance(value, bool):
         return value
-    return runtime.device(value)
+    moved = runtime.device(value)
+    if moved is value or not isinstance(moved, str) or ":" not in moved:
+        return moved
+    import torch
+
+    return torch.device(moved)

@@ -1,0 +1,198 @@
+"""transformers pipelines, ``from_pretrained(device_map=...)``, the ``Trainer`` (accelerate) and
+sentence-transformers on DirectML, with no spec a user writes.
+
+Models are random-init BERTs saved with ``save_pretrained`` beside a hand-built WordPiece
+vocabulary, and a SentenceTransformer (that BERT plus mean pooling) saved with ``save``. Each
+program is the libraries' public API as their READMEs show it, with the devices CUDA users
+write; plain python runs the same programs on the CPU (the device arguments say ``cpu``), and
+that is the oracle. Without dmlpatch each CUDA form fails here (``Found no NVIDIA driver``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support import clean_env, linked_venv, run_python
+
+MAKE_MODELS = """
+import sys, torch
+from pathlib import Path
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+from sentence_transformers import SentenceTransformer, models
+
+root = Path(sys.argv[1])
+bert = root / "tiny-bert"
+words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a",
+         "dog", "ran", "."]
+bert.mkdir(parents=True)
+(bert / "vocab.txt").write_text("\\n".join(words) + "\\n")
+BertTokenizerFast(vocab_file=str(bert / "vocab.txt")).save_pretrained(bert)
+torch.manual_seed(0)
+config = BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                    num_labels=2)
+BertForSequenceClassification(config).save_pretrained(bert)
+word = models.Transformer(str(bert), max_seq_length=32)
+pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="mean")
+SentenceTransformer(modules=[word, pooling], device="cpu").save(str(root / "tiny-st"))
+"""
+
+# argv: models root, then "cpu" (the oracle) or "cuda" (what CUDA users write).
+INFERENCE = """
+import json, sys, torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+from sentence_transformers import SentenceTransformer
+
+root, cuda = sys.argv[1], sys.argv[2] == "cuda"
+bert = root + "/tiny-bert"
+texts = ["the cat sat on the mat .", "a dog ran ."]
+out = {}
+
+classify = pipeline("text-classification", model=bert, device=0 if cuda else -1)
+named = pipeline("text-classification", model=bert, device="cuda" if cuda else "cpu")
+out["pipeline_devices"] = [str(classify.device), str(named.device)]
+out["scores"] = [r["score"] for r in classify(texts)] + [r["score"] for r in named(texts)]
+
+tokenizer = AutoTokenizer.from_pretrained(bert)
+batch = tokenizer(texts, padding=True, return_tensors="pt")
+logits, map_devices = [], []
+for device_map in (["cuda", 0, "auto", {"": "cuda:0"}] if cuda else ["cpu"]):
+    model = AutoModelForSequenceClassification.from_pretrained(bert, device_map=device_map)
+    device = next(model.parameters()).device
+    map_devices.append(str(device))
+    with torch.no_grad():
+        logits.append(model(**batch.to(device)).logits.cpu().tolist())
+out["map_devices"], out["logits"] = map_devices, logits
+
+encoder = SentenceTransformer(root + "/tiny-st") if cuda else SentenceTransformer(
+    root + "/tiny-st", device="cpu")
+out["st_device"] = str(encoder.device)
+out["embeddings"] = encoder.encode(texts).tolist()
+print(json.dumps(out))
+"""
+
+TRAIN = """
+import json, sys, torch
+from torch.utils.data import Dataset
+from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Trainer,
+                          TrainingArguments)
+
+bert = sys.argv[1] + "/tiny-bert"
+tokenizer = AutoTokenizer.from_pretrained(bert)
+model = AutoModelForSequenceClassification.from_pretrained(bert)
+texts = ["the cat sat on the mat .", "a dog ran .", "the dog sat .", "a cat ran on the mat ."]
+encoded = tokenizer(texts * 3, padding=True)
+labels = [0, 1, 1, 0] * 3
+
+
+class Sentences(Dataset):
+    def __len__(self):
+        return len(labels)
+
+    def __getitem__(self, i):
+        item = {key: torch.tensor(values[i]) for key, values in encoded.items()}
+        return {**item, "labels": torch.tensor(labels[i])}
+
+
+arguments = TrainingArguments(
+    output_dir=sys.argv[2], max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3,
+    logging_steps=1, report_to=[], save_strategy="no", seed=0, dataloader_num_workers=0,
+    disable_tqdm=True, use_cpu=sys.argv[3] == "cpu",
+)
+trainer = Trainer(model=model, args=arguments, train_dataset=Sentences())
+trainer.train()
+print(json.dumps({
+    "device": str(next(model.parameters()).device),
+    "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hf")
+    made = run_python(["-c", MAKE_MODELS, str(root)], env=clean_env(HF_HUB_OFFLINE="1"))
+    assert made.code == 0, made.err[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def venv() -> Iterator[tuple[str, Path]]:
+    yield from linked_venv()
+
+
+def _equal_to_cpu(got: dict, expected: dict) -> None:
+    assert expected["pipeline_devices"] == ["cpu", "cpu"]
+    assert got["pipeline_devices"] == ["privateuseone:0", "privateuseone:0"]
+    assert got["scores"] == pytest.approx(expected["scores"], rel=1e-5)
+    assert expected["map_devices"] == ["cpu"]
+    assert got["map_devices"] == ["privateuseone:0"] * 4
+    for logits in got["logits"]:
+        for row, expected_row in zip(logits, expected["logits"][0]):
+            assert row == pytest.approx(expected_row, rel=1e-5, abs=1e-6)
+    assert (got["st_device"], expected["st_device"]) == ("privateuseone:0", "cpu")
+    for row, expected_row in zip(got["embeddings"], expected["embeddings"]):
+        assert row == pytest.approx(expected_row, rel=1e-5, abs=1e-6)
+
+
+def test_pipelines_device_maps_and_sentence_transformers_under_the_runner(
+    models: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE)
+    env = clean_env(HF_HUB_OFFLINE="1")
+    plain = run_python([str(script), str(models), "cpu"], env=env)
+    assert plain.code == 0, plain.err[-3000:]
+    without = run_python([str(script), str(models), "cuda"], env=env)
+    assert without.code == 1 and "Found no NVIDIA driver" in without.err
+    patched = run_python(
+        ["-m", "dmlpatch", "--device", "sim", str(script), str(models), "cuda"], env=env
+    )
+    assert patched.code == 0, patched.err[-3000:]
+    _equal_to_cpu(json.loads(patched.out), json.loads(plain.out))
+
+
+def test_pipelines_device_maps_and_sentence_transformers_after_activate(
+    models: Path, tmp_path: Path, venv: tuple[str, Path]
+) -> None:
+    python, _ = venv
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE)
+    env = clean_env(HF_HUB_OFFLINE="1")
+    expected = json.loads(run_python([str(script), str(models), "cpu"], env=env, python=python).out)
+    activated = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+    assert activated.code == 0, activated.err
+    try:
+        result = run_python([str(script), str(models), "cuda"], env=env, python=python)
+    finally:
+        run_python(["-m", "dmlpatch", "deactivate"], python=python)
+    assert result.code == 0, result.err[-3000:]
+    _equal_to_cpu(json.loads(result.out), expected)
+
+
+def test_trainer_trains_three_steps_on_the_device_equal_to_cpu(
+    models: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    env = clean_env(HF_HUB_OFFLINE="1")
+    plain = run_python([str(script), str(models), str(tmp_path / "cpu"), "cpu"], env=env)
+    assert plain.code == 0, plain.err[-3000:]
+    report = tmp_path / "check.json"
+    program = [str(script), str(models), str(tmp_path / "dml"), "gpu"]
+    checked = run_python(
+        ["-m", "dmlpatch", "check", "--device", "sim", "--json", str(report), *program], env=env
+    )
+    assert checked.code == 0, checked.err[-3000:]
+    # The Trainer prints its log dicts first; the program's JSON is the last line.
+    expected, got = (json.loads(r.out.splitlines()[-1]) for r in (plain, checked))
+    assert (expected["device"], got["device"]) == ("cpu", "privateuseone:0")
+    assert len(got["losses"]) == 3
+    assert got["losses"] == pytest.approx(expected["losses"], abs=2e-4)  # logged to 4 places
+    data = json.loads(report.read_text())
+    assert data["compute"]["device_share"] == 1.0
+    assert [row["op"] for row in data["ops"] if row["how"] in ("fallback", "refused")] == []
