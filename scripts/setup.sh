@@ -22,12 +22,22 @@ fi
 # The libraries DirectML users run most, for the known-failure tests (whisper's sparse buffer,
 # transformers' attention masks, diffusers' group norms). The constraint keeps the torch above.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
-  openai-whisper==20250625 transformers==4.57.6 diffusers==0.35.2
+  openai-whisper==20250625 transformers==4.57.6 diffusers==0.35.2 accelerate==1.11.0 \
+  sentence-transformers==5.1.2
 # The early-2024 ultralytics line for the version-gate tests, beside the venv.
 if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
     --target .cache/ultralytics-8.1.47 \
     ultralytics==8.1.47 pandas==2.2.3 seaborn==0.13.2 pytz tzdata py-cpuinfo==9.0.0
+fi
+# yolov5 7.0.14 (the pip form of ultralytics' YOLOv5 repository) beside the venv: it pins
+# huggingface-hub<0.25, which transformers cannot use, so it and what it imports at start-up
+# (pkg_resources from setuptools<81, roboflow in train.py) go into a directory of their own.
+if [ ! -d .cache/yolov5-7.0.14/yolov5 ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/yolov5-7.0.14 \
+    yolov5==7.0.14 pandas==3.1.1 seaborn==0.13.2 setuptools==80.10.2 huggingface-hub==0.24.7 \
+    roboflow==1.7.3 requests-toolbelt==1.0.0 python-dotenv==1.2.4 pillow-avif-plugin==1.6.0
 fi
 # facexlib 0.2.5 (module-level device choice, early 2024) for its version-gated rules.
 if [ ! -d .cache/facexlib-0.2.5/facexlib ]; then
