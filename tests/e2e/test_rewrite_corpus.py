@@ -382,8 +382,20 @@ FRAGMENTS = [
     same("Namespace(cuda=3).cuda", 3),
     same("torch.cuda.is_initialized()", "torch: initialized"),
     site("torch.autocast(device_type='cpu')  #S", ("autocast", "cpu"), ("autocast", "cpu")),
-    site("torch.device(name)  #S", ("device", "cuda:1"), ("device", ON[1]), "name = 'cuda' + ':1'"),
-    site("torch.device(other)  #S", ("device", "cpu"), ("device", "cpu"), setup="other = 'cpu'"),
+    # torch.device(x) is a site only beside another (here empty_cache): device-agnostic code
+    # alone is left as it is (tests/unit/test_rewrite.py).
+    site(
+        "torch.device(name)  #S",
+        ("device", "cuda:1"),
+        ("device", ON[1]),
+        setup="name = 'cuda' + ':1'\ntorch.cuda.empty_cache()  #S",
+    ),
+    site(
+        "torch.device(other)  #S",
+        ("device", "cpu"),
+        ("device", "cpu"),
+        setup="other = 'cpu'\ntorch.cuda.empty_cache()  #S",
+    ),
     same("'cuda:%d' % ordinal", "cuda:1"),
     same("'cu' + 'da'", "cuda"),
     same("f'{backend_name}:0'", "cuda:0"),

@@ -22,8 +22,9 @@ Site kinds:
   operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
   ``torch.device(__dmlpatch__.device(i))``.
 - ``device_value``: the computed argument of ``torch.device(x)`` (a name, an attribute, a
-  call) → ``torch.device(__dmlpatch__.device(x))``: yolov5's ``select_device`` ends with
-  ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do not name CUDA pass unchanged.
+  call) → ``torch.device(__dmlpatch__.device(x))``, in a module with other sites: yolov5's
+  ``select_device`` ends with ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do
+  not name CUDA pass unchanged; a module whose only sites these are is left as it is.
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
 - ``inference_mode``: ``torch.inference_mode`` → ``__dmlpatch__.inference_mode``, which is
   torch's except on DirectML, whose kernels refuse parameters inside it
@@ -119,6 +120,10 @@ def rewrite(
     transformer = _Transformer(_Names.of(tree), _Lines(source), answers)
     transformer.transform(tree)
     sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
+    if sites and all(site.kind == "device_value" for site in sites):
+        # torch.device(x) alone is device-agnostic code (scipy, torchvision): only a module that
+        # hard-codes CUDA somewhere can hand x a CUDA value of its own making.
+        return Rewritten(ast.parse(source, filename), [], tuple(sorted(transformer.unanswered)))
     if sites:
         _insert_runtime_import(tree, runtime)
     unanswered = transformer.unanswered | transformer.names.unanswered
