@@ -262,3 +262,39 @@ def test_grad_scaler_for_the_cpu_is_torch_s(on, said: list[str]) -> None:
     scaler = amp.grad_scaler(torch.amp.GradScaler, "cpu")
     assert scaler.is_enabled()
     assert said == []
+
+
+# -- torch.accelerator ----------------------------------------------------------------------------
+
+
+def test_accelerator_answers_for_the_mapped_adapters(on) -> None:
+    from dmlpatch.rewriting import accelerator as api
+
+    on(accelerator(2, 0))
+    assert api.is_available() is True
+    assert api.device_count() == 2
+    assert api.current_device_index() == api.current_device_idx() == 0
+    api.set_device_index(1)
+    assert runtime.current_device() == 1  # torch.cuda code in the same program agrees
+    api.set_device_index(torch.device("privateuseone", 2))  # the target's own device: adapter 2
+    assert api.current_device_index() == 0
+    with api.device_index(1):
+        assert api.current_device_index() == 1
+    assert api.current_device_index() == 0
+    assert api.memory_allocated() == api.max_memory_allocated(1) == 0
+    assert api.get_memory_info() == (8 * 2**30, 8 * 2**30)
+    with pytest.raises(RuntimeError, match="not one of the adapters dmlpatch maps"):
+        api.set_device_index("privateuseone:1")
+
+
+def test_accelerator_off_directml_is_torch_s(on) -> None:
+    from dmlpatch.rewriting import accelerator as api
+
+    on(cpu())
+    if not hasattr(torch, "accelerator"):  # torch-directml's torch 2.4.1: missing, as there
+        with pytest.raises(AttributeError):
+            api.is_available()
+        return
+    assert api.is_available() == torch.accelerator.is_available()
+    assert api.device_count() == torch.accelerator.device_count()
+    assert api.current_accelerator() == torch.accelerator.current_accelerator()

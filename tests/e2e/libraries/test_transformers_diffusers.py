@@ -81,6 +81,34 @@ print(json.dumps({"device": str(next(model.parameters()).device), "values": [los
 """
 
 
+MAKE_PIPELINE = """
+import sys, torch
+from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+torch.manual_seed(0)
+unet = UNet2DModel(
+    sample_size=16, in_channels=3, out_channels=3, layers_per_block=1,
+    block_out_channels=(32, 64), norm_num_groups=8,
+    down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+    up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+)
+scheduler = DDPMScheduler(num_train_timesteps=50)
+DDPMPipeline(unet=unet, scheduler=scheduler).save_pretrained(sys.argv[1])
+"""
+
+# As diffusers' README shows it: from_pretrained, .to("cuda"), call.
+SAMPLE = """
+import json, sys, torch
+from diffusers import DDPMPipeline
+
+pipeline = DDPMPipeline.from_pretrained(sys.argv[1])
+pipeline = pipeline.to("cuda" if torch.cuda.is_available() else "cpu")
+generator = torch.Generator().manual_seed(0)
+images = pipeline(batch_size=2, num_inference_steps=4, generator=generator, output_type="np").images
+print(json.dumps({"device": str(pipeline.device), "values": images.reshape(2, -1).tolist()}))
+"""
+
+
 def _run_both(tmp_path: Path, program: str, *args: str) -> tuple[dict, dict, dict[str, Any]]:
     script = tmp_path / "program.py"
     script.write_text(program)
@@ -163,3 +191,15 @@ def test_diffusers_unet_without_dmlpatch_falls_back_every_step(tmp_path: Path) -
         "aten::silu_backward.grad_input",
     ):
         assert op in fallbacks, fallbacks
+
+
+def test_diffusers_pipeline_samples_on_the_device_equal_to_cpu(tmp_path: Path) -> None:
+    saved = tmp_path / "tiny-ddpm"
+    made = run_python(["-c", MAKE_PIPELINE, str(saved)], env=clean_env(HF_HUB_OFFLINE="1"))
+    assert made.code == 0, made.err[-3000:]
+    expected, got, report = _run_both(tmp_path, SAMPLE, str(saved))
+    assert expected["device"] == "cpu" and got["device"] == "privateuseone:0"
+    _close(got["values"], expected["values"], rel=1e-4)
+    hows = {row["op"]: row["how"] for row in report["ops"]}
+    assert "fallback" not in hows.values() and "refused" not in hows.values(), hows
+    assert report["compute"]["device_share"] == 1.0
