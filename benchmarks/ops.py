@@ -120,7 +120,24 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
             "aten::upsample_nearest1d",
             lambda d: torch.nn.functional.interpolate(tensors[d][14], scale_factor=2),
         ),
+        "AdamW(fused) step": ("aten::_fused_adamw_", lambda d: _fused_optimizer(d).step()),
     }
+
+
+_OPTIMIZERS: dict[torch.device, torch.optim.Optimizer] = {}
+
+
+def _fused_optimizer(d: torch.device) -> torch.optim.Optimizer:
+    """transformers' Trainer default: AdamW(fused=True) over four 256x256 parameters."""
+    if d not in _OPTIMIZERS:
+        generator = torch.Generator().manual_seed(0)
+        params = []
+        for _ in range(4):
+            param = torch.randn(256, 256, generator=generator).to(d).requires_grad_()
+            param.grad = torch.randn(256, 256, generator=generator).to(d)
+            params.append(param)
+        _OPTIMIZERS[d] = torch.optim.AdamW(params, lr=1e-3, fused=True)
+    return _OPTIMIZERS[d]
 
 
 _LSTM_WEIGHTS: dict[str, Any] = {}
