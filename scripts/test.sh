@@ -12,5 +12,6 @@ if grep -rn --include='*.py' "type: ignore" src tests benchmarks examples; then
   exit 1
 fi
 # Two workers: most end-to-end tests wait on a program they started, so two at a time fit the 25
-# minutes on 2 cores. The slowest tests are printed to keep it so.
-.venv/bin/python -m pytest -q -n 2 --durations=15 "$@"
+# minutes on 2 cores. Whole files per worker: a file's tests share its workspace and some use
+# what an earlier one made (the YOLO runs' best.pt). The slowest tests are printed to keep it so.
+.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=15 "$@"
