@@ -17,12 +17,8 @@ from dmlpatch.devices import resolution as _resolution
 from dmlpatch.rewriting import cuda_api as _cuda_api
 from dmlpatch.rewriting import runtime as _runtime
 
-
-def _target() -> Optional[_resolution.Resolution]:
-    resolution = _resolution.current()
-    if resolution.patches_needed and resolution.is_accelerator:
-        return resolution
-    return None
+#: Where the program is redirected to DirectML: the same test as torch.cuda's names.
+_target = _cuda_api._target
 
 
 def _torch(name: str) -> Any:
