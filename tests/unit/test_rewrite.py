@@ -173,6 +173,11 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "torch.accelerators",
         "def backend(): return 'cuda'",
         "def get_device():\n    def name(): return 'cuda'\n    return name",
+        # scipy 1.17's _lib/_array_api.py: a device *type* of an array, for comparisons.
+        "def xp_device_type(a):\n    if is_cupy_array(a):\n        return 'cuda'\n"
+        "    return 'cuda' if (p := a.device.platform) == 'gpu' else p",
+        "def device_type(): return 'cuda'",
+        "def is_device_available(): return 'cuda'",
     ],
 )
 def test_not_device_sites(snippet: str) -> None:

@@ -31,7 +31,8 @@ from importlib.util import MAGIC_NUMBER, cache_from_source
 from typing import Optional
 
 from dmlpatch._version import __version__
-from dmlpatch.rewriting.sites import GENERATION, Site
+from dmlpatch.rewriting.hook import GENERATION
+from dmlpatch.rewriting.sites import Site
 
 _FORMAT = b"dml1"
 _HEADER_SIZE = 24

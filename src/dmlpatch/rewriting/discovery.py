@@ -35,7 +35,7 @@ import sys
 
 from dmlpatch.paths import cache_directory, file_tag
 from dmlpatch.report import DISCOVERED
-from dmlpatch.rewriting.hook import may_have_sites
+from dmlpatch.rewriting.hook import GENERATION, may_have_sites
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,9 +62,8 @@ NEVER = frozenset(
     }
 )
 
-#: Bumped when the rewriter finds sites it did not before (2: ``torch.inference_mode``; 3: the
-#: CUDA API, AMP and ``torch.accelerator``; 4: what functions named for a device return).
-_FORMAT = 4
+#: The index format: verdicts are valid for one generation of the rewriter's rules.
+_FORMAT = (1, GENERATION)
 #: Index files kept: one per top-level package and place, so a few hundred cover many
 #: environments; older ones (deleted trees, old environments) are pruned.
 _KEEP = 512

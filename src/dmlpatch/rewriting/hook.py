@@ -147,6 +147,13 @@ def may_have_sites(source: bytes) -> bool:
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
 _SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"accelerator")
 
+#: The version of the rewriter's rules (``dmlpatch.rewriting.sites``), bumped whenever the same
+#: source is rewritten differently. Cached rewrites and discovery's cached verdicts both carry
+#: it, so neither outlives the rules that made it (2: ``torch.inference_mode`` sites; 3: the
+#: CUDA API, legacy types and AMP; 4: what functions named for a device return; 5: only
+#: functions whose names end in device or device_name).
+GENERATION = 5
+
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:
     """Rewrite and compile the program's ``__main__`` script (no stale check, no cache)."""

@@ -17,8 +17,8 @@ Site kinds:
   ``torch.set_default_device``, the first argument of ``.to(...)``, a keyword argument whose
   name ends in ``device`` or is ``map_location``, the default of a parameter whose name ends
   in ``device``, the value assigned to a name or attribute ending in ``device``, and the
-  ``default=`` of ``add_argument('--device', ...)``, and what a function whose name says
-  ``device`` returns (``get_device_name()``). Branches of ``a if c else b`` and
+  ``default=`` of ``add_argument('--device', ...)``, and what a function whose name ends in
+  ``device`` or ``device_name`` returns (``get_device()``, ``get_device_name()``). Branches of ``a if c else b`` and
   operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
   ``torch.device(__dmlpatch__.device(i))``.
 - ``device_value``: the computed argument of ``torch.device(x)`` (a name, an attribute, a
@@ -78,11 +78,6 @@ _RUNTIME_MODULE = "dmlpatch.rewriting.runtime"
 _CUDA_API_MODULE = "dmlpatch.rewriting.cuda_api"
 #: Callees of the ``amp`` sites, by the runtime function that takes them.
 _AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
-#: Bumped when the same source is rewritten differently, so cached rewrites are not reused
-#: (2: ``torch.inference_mode`` sites; 3: the CUDA API, legacy types and AMP; 4: what
-#: functions named for a device return).
-GENERATION = 4
-
 _Node = TypeVar("_Node", bound=ast.AST)
 
 
@@ -405,8 +400,10 @@ class _Transformer:
 
     def _returns(self, node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> None:
         """``def get_device_name(): ... return f'cuda:{rank}'``: what a function named for a
-        device returns names one (its nested functions are their own)."""
-        if "device" not in node.name.lower():
+        device returns names one (its nested functions are their own). A name that only
+        mentions a device (scipy's ``xp_device_type`` classifies arrays: ``return "cuda"`` for
+        CuPy's) is not such a function."""
+        if not _names_device_function(node.name):
             return
         for statement in _own_statements(node):
             if isinstance(statement, ast.Return) and statement.value is not None:
@@ -649,6 +646,12 @@ def _dotted(node: ast.expr, torch_names: set[str]) -> Optional[str]:
 
 def _names_device(name: str) -> bool:
     return name.lower().endswith("device") or name == "map_location"
+
+
+def _names_device_function(name: str) -> bool:
+    """``get_device``, ``select_device``, ``get_device_name``: functions that return a device."""
+    name = name.lower()
+    return name.endswith("device") or name.endswith("device_name")
 
 
 def _is_device_target(target: ast.expr) -> bool:

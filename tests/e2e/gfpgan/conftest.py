@@ -152,3 +152,12 @@ def facexlib_0_2_5() -> Path:
         )
         assert installed.code == 0, installed.err
     return FACEXLIB_OLD_DIR
+
+
+@pytest.fixture(autouse=True)
+def _network_log_of_this_test(assets: Assets) -> Iterator[None]:
+    """Each test reads only the network attempts of its own runs. The session's tests share the
+    log, and one of them tries a download on purpose (missing weights offline): which tests run
+    after it depends on the workers' schedule."""
+    assets.netlog.unlink(missing_ok=True)
+    yield
