@@ -18,9 +18,9 @@ Site kinds:
   name ends in ``device`` or is ``map_location``, the default of a parameter whose name ends
   in ``device``, the value assigned to a name or attribute ending in ``device``, and the
   ``default=`` of ``add_argument('--device', ...)``, and what a function whose name ends in
-  ``device`` or ``device_name`` returns (``get_device()``, ``get_device_name()``). Branches of ``a if c else b`` and
-  operands of ``a or b`` in those places count too. ``torch.device('cuda', i)`` becomes
-  ``torch.device(__dmlpatch__.device(i))``.
+  ``device`` or ``device_name`` returns (``get_device()``, ``get_device_name()``). Branches
+  of ``a if c else b`` and operands of ``a or b`` in those places count too.
+  ``torch.device('cuda', i)`` becomes ``torch.device(__dmlpatch__.device(i))``.
 - ``device_value``: the computed argument of ``torch.device(x)`` (a name, an attribute, a
   call) → ``torch.device(__dmlpatch__.device(x))``, in a module with other sites: yolov5's
   ``select_device`` ends with ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do
