@@ -88,11 +88,13 @@ ENTRY_TESTS: dict[str, object] = {
         key: [
             "tests/e2e/opfix/test_opfix_everyday.py::test_unfixed_failures_still_fall_back_and_stay_correct"
         ]
-        for key in (
-            "linalg",
-            "complex",
-        )
+        for key in ("linalg",)
     },
+    "complex": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5",
+        "tests/e2e/libraries/test_whisper.py::test_load_model_and_transcribe_on_the_device_equal_to_cpu",
+        "tests/e2e/libraries/test_whisper.py::test_a_spectrogram_on_the_device_meets_directmls_complex_gap",
+    ],
     "foreach-optimizers": [
         "tests/e2e/opfix/test_opfix_foreach.py::test_without_dmlpatch_every_step_falls_back",
         "tests/e2e/opfix/test_opfix_foreach.py::test_optimizer_steps_on_the_device_equal_to_cpu",
@@ -103,17 +105,35 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/opfix/test_opfix_foreach.py::test_optimizer_steps_on_the_device_equal_to_cpu",
         "tests/e2e/libraries/test_hf_stack.py::test_trainer_trains_three_steps_on_the_device_equal_to_cpu",
     ],
-    "float-times-bool": None,
-    "cross-entropy-none-grad": None,
-    "generator": None,
-    "manual-seed": None,
-    "uint8-reduction": None,
-    "bfloat16": None,
+    "float-times-bool": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_wrong_answers_of_0_2_5",
+        "tests/e2e/opfix/test_opfix_quirks.py::test_without_dmlpatch_a_product_with_a_mask_is_bool",
+        "tests/e2e/opfix/test_opfix_quirks.py::test_products_with_masks_equal_the_cpu",
+    ],
+    "cross-entropy-none-grad": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_wrong_answers_of_0_2_5",
+        "tests/e2e/opfix/test_opfix_quirks.py::test_without_dmlpatch_cross_entropy_none_has_no_gradient",
+        "tests/e2e/opfix/test_opfix_quirks.py::test_cross_entropy_none_gradients_equal_the_cpu",
+    ],
+    "generator": ["tests/e2e/sim/test_sim_fidelity.py::test_generator_and_seeds_of_0_2_5"],
+    "manual-seed": ["tests/e2e/sim/test_sim_fidelity.py::test_generator_and_seeds_of_0_2_5"],
+    "uint8-reduction": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_wrong_answers_of_0_2_5",
+        "tests/e2e/opfix/test_opfix_quirks.py::test_without_dmlpatch_a_uint8_sum_fails_with_a_garbled_error",
+        "tests/e2e/opfix/test_opfix_quirks.py::test_sums_equal_the_cpu",
+    ],
+    "bfloat16": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5"
+    ],
     "mixed-devices-assert": None,
     "ddp-c10d": [
         "tests/e2e/test_multi_adapter.py::test_ddp_trains_two_ranks_on_two_adapters_like_one_process"
     ],
-    "device-to-device": None,
+    "device-to-device": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_wrong_answers_of_0_2_5",
+        "tests/e2e/opfix/test_opfix_quirks.py::test_copies_of_a_device_tensor_keep_pytorchs_layout",
+        "tests/e2e/test_multi_adapter.py::test_data_parallel_over_two_adapters_equals_the_chunked_cpu_computation",
+    ],
     "out-of-memory": None,
     "dropout-backward": ["tests/unit/test_catalogue.py::test_entries_agree_with_the_op_list"],
     "sparse-tensors": [
@@ -181,6 +201,11 @@ def test_kernel_fixes_name_modules_that_serve_their_operators() -> None:
         assert set(failure.ops) & served, failure.key
 
 
+def test_quirk_entries_are_the_default_profiles_quirks() -> None:
+    quirks = {f.key for f in catalogue.FAILURES if f.simulated == "quirk"}
+    assert quirks == set(profiles.QUIRKS) == set(profiles.resolve().quirks)
+
+
 def test_refusal_entries_have_the_profiles_texts() -> None:
     rules = {
         **{r.message: r for r in profiles.RULES_0_2_5},
@@ -191,6 +216,11 @@ def test_refusal_entries_have_the_profiles_texts() -> None:
             continue
         if failure.key == "eye":
             assert set(profiles.resolve().drops_out_resizes) == set(profiles.EYE_OUT)
+            continue
+        if failure.key in ("bfloat16", "complex"):
+            dtype = {"bfloat16": "BFloat16", "complex": "ComplexFloat"}[failure.key]
+            assert failure.text == profiles.UNSUPPORTED_DTYPE_TEXT.format(dtype=dtype)
+            assert dtype in profiles.resolve().unsupported_dtypes
             continue
         said = failure.text.split(": ", 1)[1].replace("<n>", "{n}")
         if failure.key == "inference-mode":
@@ -240,6 +270,21 @@ def test_entries_agree_with_the_op_list() -> None:
         ("aten::_foreach_sqrt", "fixed", None, "foreach-optimizers"),
         ("aten::_foreach_addcdiv_.ScalarList", "fallback", None, "foreach-optimizers"),
         ("aten::hypot.out", "fallback", None, ""),
+        ("aten::mul.out", "fixed", None, "float-times-bool"),
+        ("aten::nll_loss_backward.grad_input", "fixed", None, "cross-entropy-none-grad"),
+        (
+            "aten::sum.IntList_out",
+            "refused",
+            "'utf-8' codec can't decode byte 0xcf in position 0: invalid continuation byte",
+            "uint8-reduction",
+        ),
+        (
+            "aten::empty.memory_format",
+            "refused",
+            "Invalid or unsupported data type BFloat16.",
+            "bfloat16",
+        ),
+        ("aten::_to_copy", "fixed", None, "device-to-device"),
     ],
 )
 def test_check_rows_name_their_entry(op: str, how: str, error: object, expected: str) -> None:

@@ -11,6 +11,8 @@ own binary.
 ``simulated`` says how the default profile (``torch-directml-0.2.5``) reproduces an entry:
 
 - ``rule``: a refusal rule or switch of :mod:`dmlpatch.gaps.profiles`, with DirectML's text;
+- ``quirk``: the profile gives DirectML's wrong answer (``profiles.QUIRKS`` under the entry's
+  key): a kernel that runs and answers differently from the CPU;
 - ``op list``: the operator is missing from the list of kernels DirectML registers, so it runs
   through the CPU fallback with DirectML's warning (or fails there when the CPU has no kernel);
 - ``pytorch``: PyTorch itself raises it for any PrivateUse1 device, so it happens as it is;
@@ -21,15 +23,16 @@ own binary.
 :mod:`dmlpatch.opfix`, installed only where the backend has the gap), ``rewrite`` (CUDA-only
 code rewritten in the program's targets), ``spec`` (a library's built-in patch), ``command``
 (a dmlpatch command), ``none`` (not fixed yet: the CPU fallback still works where there is
-one) or ``cannot`` (out of dmlpatch's reach; ``remedy`` says why).
+one), ``cannot`` (out of dmlpatch's reach; ``remedy`` says why) or ``not in 0.2.5`` (an
+earlier release's failure that 0.2.5, the last, does not have).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-SIMULATED = ("rule", "op list", "pytorch", "opt-in", "no")
-FIXES = ("kernel", "rewrite", "spec", "command", "none", "cannot")
+SIMULATED = ("rule", "quirk", "op list", "pytorch", "opt-in", "no")
+FIXES = ("kernel", "rewrite", "spec", "command", "none", "cannot", "not in 0.2.5")
 
 _FALLBACK = (
     "The operator '{op}' is not currently supported on the DML backend and will fall back to "
@@ -339,20 +342,23 @@ FAILURES: tuple[Failure, ...] = (
         ("aten::native_dropout_backward",),
         "no",
         "native in 0.2.5, so the 0.2.5 profile has no gap to reproduce",
-        "none",
+        "not in 0.2.5",
         "nothing to fix on 0.2.5",
     ),
     Failure(
         "complex",
-        "complex dtypes: torch.stft, torch.fft (Whisper-style front ends, vocoders)",
-        "",
-        "#421, #704",
-        ("aten::_fft_r2c", "aten::_fft_c2c", "aten::_fft_c2r"),
-        "no",
-        "the FFT kernels fall back to the CPU, but what DirectML does with complex tensors "
-        "themselves is not pinned down by the reports, so complex arithmetic runs natively",
-        "none",
-        "keep spectrogram front ends on the CPU; dmlpatch check shows the fallbacks",
+        "complex tensors on the device: torch.stft, torch.fft, torch.complex (speech front "
+        "ends such as whisper's log-Mel spectrogram, vocoders); the process stops",
+        "Invalid or unsupported data type ComplexFloat.",
+        "#704 (torch.stft, 0.2.5), #421 (torch.complex; a maintainer: no complex support)",
+        (),
+        "rule",
+        "Profile.unsupported_dtypes: a complex device tensor raises DirectML's text (DirectML "
+        "stops the process with it, a fatal log line of dml_util.cc)",
+        "cannot",
+        "DirectML has no complex type: keep FFTs and spectrograms on the CPU (openai-whisper's "
+        "transcribe computes its log-Mel spectrogram there; log_mel_spectrogram(..., "
+        "device=dml) stops); dmlpatch check names it",
     ),
     Failure(
         "sparse-tensors",
@@ -477,72 +483,80 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "float-times-bool",
-        "float tensor multiplied by a bool tensor (t *= mask) silently becomes bool",
+        "x * mask / x *= mask with a bool mask: a bool result holding bool(x) and mask; in place "
+        "x itself turns bool (older transformers' causal masks, which then fail in masked_fill)",
         "",
-        "#686 (0.2.5), #737; #702 (transformers' causal mask then fails in masked_fill)",
-        (),
-        "no",
-        "a silent wrong dtype; not reproduced yet",
-        "none",
-        "cast masks to the float dtype before multiplying; dmlpatch check --verify compares "
-        "every device operator with the CPU",
+        "#686 (0.2.5), #737 (0.2.5); #702",
+        ("aten::mul", "aten::mul_"),
+        "quirk",
+        "mul.Tensor and mul_.Tensor with a bool device tensor as other (what the reports pin)",
+        "kernel",
+        "dmlpatch.opfix.dtypes: the mask is cast to the result's dtype first (PyTorch's type "
+        "promotion); every other product goes to DirectML's mul.out",
     ),
     Failure(
         "cross-entropy-none-grad",
-        "F.cross_entropy(reduction='none'): zero gradients, correct loss",
+        "F.cross_entropy / F.nll_loss with reduction='none': the loss is right and every "
+        "gradient upstream of it is exactly zero (a weighted per-token loss never trains)",
         "",
-        "#739, #740 (0.2.5)",
-        (),
-        "no",
-        "a silent wrong gradient; not reproduced yet",
-        "none",
-        "dmlpatch check --verify compares every device operator with the CPU",
+        "#739, #740 (0.2.5: NllLossBackward0)",
+        ("aten::nll_loss_backward",),
+        "quirk",
+        "nll_loss_backward with reduction='none' returns zeros",
+        "kernel",
+        "dmlpatch.opfix.losses: -dy*w[t] written at each row's target with one scatter "
+        "(nothing for ignore_index); the other reductions go to DirectML's kernel",
     ),
     Failure(
         "generator",
         "torch.Generator(device=dml) (SDE samplers, seeded pipelines)",
-        "RuntimeError: Device type privateuseone is not supported for torch.Generator() api.",
-        "#374; ComfyUI#1707",
+        "RuntimeError: Device type PRIVATEUSEONE is not supported for torch.Generator() api.",
+        "#374 (0.1.13), ComfyUI#1707 (0.2.0)",
         (),
         "no",
-        "the simulated device fails too, with torch's own text instead of DirectML's",
-        "none",
-        "create the generator on the CPU",
+        "torch-directml 0.2.5's native library registers a generator for the device, made on "
+        "the CPU generator its random kernels draw from; the simulated device registers the same",
+        "not in 0.2.5",
+        "nothing to do on 0.2.5; on earlier releases create the generator on the CPU",
     ),
     Failure(
         "manual-seed",
         "torch.manual_seed does not seed the device",
         "UserWarning: Set seed for `privateuseone` device does not take effect, please add API's "
         "`_is_in_bad_fork` and `manual_seed_all` to `privateuseone` device module.",
-        "#587 (after 0.2.0)",
+        "#587 (0.2.1 to 0.2.4)",
         (),
         "no",
-        "the simulated device's module has manual_seed_all, so torch does not warn",
-        "none",
-        "not fixed yet",
+        "0.2.5's device module has _is_in_bad_fork and manual_seed_all (seeding the CPU "
+        "generator its kernels draw from), and so has the simulated device's",
+        "not in 0.2.5",
+        "nothing to do on 0.2.5",
     ),
     Failure(
         "uint8-reduction",
-        "a reduction over a uint8 tensor",
+        "t.sum() over a uint8 tensor",
         "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xcf in position 0: invalid "
         "continuation byte",
-        "#619 (0.2.3)",
-        (),
-        "no",
-        "not reproduced yet",
-        "none",
-        "reduce in int64 (t.long().sum())",
+        "#619 (0.2.3; open)",
+        ("aten::sum",),
+        "quirk",
+        "sum over a uint8 device tensor raises an error whose text is not UTF-8",
+        "kernel",
+        "dmlpatch.opfix.dtypes: summed in int64 on the device and cast to the dtype asked for "
+        "(torch.sum(..., out=t) over uint8 is not covered); other sums go to DirectML's "
+        "sum.IntList_out",
     ),
     Failure(
         "bfloat16",
-        "bfloat16 tensors on the device (the process aborts)",
+        "bfloat16 tensors on the device (model.to(dml) of a bfloat16 model); the process stops",
         "Invalid or unsupported data type BFloat16.",
-        "#688 (confirmed by a maintainer: DirectML has no bfloat16)",
+        "#688 (0.2.5; a maintainer: DirectML has no bfloat16)",
         (),
-        "no",
-        "the simulated device runs bfloat16",
+        "rule",
+        "Profile.unsupported_dtypes: a bfloat16 device tensor raises DirectML's text (DirectML "
+        "stops the process with it, a fatal log line of dml_util.cc)",
         "cannot",
-        "use float16 or float32",
+        "use float16 or float32 (transformers: torch_dtype=torch.float16); dmlpatch check names it",
     ),
     Failure(
         "mixed-devices-assert",
@@ -571,14 +585,16 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "device-to-device",
-        "t.to(privateuseone:1) from privateuseone:0 gives zeros",
+        "t.to(privateuseone:1) from privateuseone:0 gives zeros (DataParallel, model "
+        "parallelism over two adapters)",
         "",
-        "#443 (0.2.0)",
-        (),
-        "no",
-        "not reproduced yet",
-        "none",
-        "go through the CPU (t.cpu().to(other))",
+        "#443 (2023; open)",
+        ("aten::_to_copy",),
+        "quirk",
+        "a copy between two simulated adapters writes zeros",
+        "kernel",
+        "dmlpatch.opfix.transfers: Tensor.to another adapter goes through the host (forward "
+        "and backward); dst.copy_(src) across adapters is not covered",
     ),
     Failure(
         "out-of-memory",
@@ -694,10 +710,14 @@ def table(markdown: bool = False) -> str:
 
 def summary() -> str:
     """One line: how many entries, how many the simulated device reproduces, how many are fixed."""
-    by_default = sum(failure.simulated in ("rule", "op list", "pytorch") for failure in FAILURES)
+    by_default = sum(
+        failure.simulated in ("rule", "quirk", "op list", "pytorch") for failure in FAILURES
+    )
     on_request = sum(failure.simulated == "opt-in" for failure in FAILURES)
     fixed = sum(failure.fix in ("kernel", "rewrite", "spec", "command") for failure in FAILURES)
+    earlier = sum(failure.fix == "not in 0.2.5" for failure in FAILURES)
     return (
         f"{len(FAILURES)} known torch-directml failures: {by_default} reproduced by the "
-        f"simulated device ({on_request} more on request), {fixed} fixed by dmlpatch"
+        f"simulated device ({on_request} more on request), {fixed} fixed by dmlpatch, "
+        f"{earlier} only in releases before 0.2.5"
     )

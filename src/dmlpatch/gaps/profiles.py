@@ -54,6 +54,12 @@ class Profile:
     #: Overloads whose ``out=`` resize DirectML's CPU fallback loses: the device tensor keeps its
     #: old (empty) shape. ``torch.eye(3, device=dml)`` is ``tensor([])`` (microsoft/DirectML#431).
     drops_out_resizes: tuple[str, ...] = ()
+    #: Kernels that run but give a wrong answer, by name (:data:`QUIRKS`).
+    quirks: tuple[str, ...] = ()
+    #: Dtypes no device tensor may have (``c10`` names): DirectML stops the process with
+    #: :data:`UNSUPPORTED_DTYPE_TEXT`; the simulator raises it (a RuntimeError), so that the
+    #: program's traceback and ``dmlpatch check`` can show where it happened.
+    unsupported_dtypes: tuple[str, ...] = ()
     sources: tuple[str, ...] = field(default=())
 
 
@@ -67,6 +73,25 @@ INFERENCE_MODE_TEXT = "Cannot set version_counter for inference tensor"
 
 #: The only overloads the reports pin the lost resize to.
 EYE_OUT = ("aten::eye.m_out", "aten::eye.out")
+
+#: DirectML's wrong answers, each pinned by a reproduction, under their catalogue keys
+#: (``csrc/quirks.cpp`` implements them).
+QUIRKS: dict[str, str] = {
+    "float-times-bool": "mul/mul_ of a non-bool tensor by a bool device tensor gives a bool "
+    "tensor, bool(x) and mask; in place, x itself becomes bool (#686 and #737, 0.2.5)",
+    "cross-entropy-none-grad": "nll_loss_backward with reduction='none' gives an all-zero "
+    "gradient (#739 and #740, 0.2.5: F.cross_entropy(reduction='none'), then a weighted sum)",
+    "uint8-reduction": "sum over a uint8 tensor raises an error whose text is not UTF-8, which "
+    "Python reports as UnicodeDecodeError (#619, 0.2.3; open)",
+    "device-to-device": "a copy from one adapter to another writes zeros "
+    "(t.to(privateuseone:1) from privateuseone:0, #443; open)",
+}
+
+#: The fatal log line of torch-directml's dml_util.cc for a dtype it has no DirectML type for
+#: (#688: BFloat16; #704: ComplexFloat, from torch.stft; #421: torch.complex on the device).
+UNSUPPORTED_DTYPE_TEXT = "Invalid or unsupported data type {dtype}."
+#: bfloat16 and the complex dtypes (the 0.2.5 reports name BFloat16 and ComplexFloat).
+UNSUPPORTED_DTYPES_0_2_5 = ("BFloat16", "ComplexHalf", "ComplexFloat", "ComplexDouble")
 
 _UNIQUE_COUNTS = Rule(
     "aten::_unique2",
@@ -139,6 +164,8 @@ PROFILES: dict[str, Profile] = {
             rules=RULES_0_2_5,
             refuses_inference_mode=True,
             drops_out_resizes=EYE_OUT,
+            quirks=tuple(QUIRKS),
+            unsupported_dtypes=UNSUPPORTED_DTYPES_0_2_5,
             sources=("data/registered_ops-0.2.5.txt", ERRORS_MD),
         ),
         Profile(
@@ -148,6 +175,8 @@ PROFILES: dict[str, Profile] = {
             rules=RULES_1_8,
             refuses_inference_mode=True,
             drops_out_resizes=EYE_OUT,
+            quirks=tuple(QUIRKS),
+            unsupported_dtypes=UNSUPPORTED_DTYPES_0_2_5,
             sources=("data/registered_ops-0.2.5.txt", ERRORS_MD),
         ),
         Profile(
@@ -174,6 +203,12 @@ def resolve(name: str | None = None) -> Profile:
         raise DeviceUnavailable(
             f"unknown simulated-device profile {chosen!r}; valid profiles: {', '.join(names())}"
         ) from None
+
+
+def quirks(name: str | None = None) -> frozenset[str]:
+    """The wrong answers a profile reproduces (:data:`QUIRKS` names); :mod:`dmlpatch.opfix`
+    installs the fixes for exactly these."""
+    return frozenset(resolve(name).quirks)
 
 
 def refused_ops(name: str | None = None) -> frozenset[str]:

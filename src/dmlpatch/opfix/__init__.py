@@ -2,7 +2,9 @@
 
 torch-directml refuses some argument combinations outright (``unique`` with counts or
 inverse, ``avg_pool`` with ``divisor_override``, ``repeat`` beyond 4-D, ``scatter`` shapes; the
-2022 package even ``normal_``) and runs operators it lacks on the CPU, two copies per call.
+2022 package even ``normal_``), runs operators it lacks on the CPU, two copies per call, and
+answers a few calls wrongly (a float times a bool is bool; ``reduction='none'`` loses the
+cross-entropy gradient).
 Each module here fixes one family with kernels composed only of operators DirectML runs
 natively, registered for the ``PrivateUse1`` dispatch key (``AutogradPrivateUse1`` where the
 backward is missing too) with :mod:`torch.library`:
@@ -19,12 +21,15 @@ masks         ``isneginf``/``isposinf`` (every transformers attention mask)
 normalization ``native_group_norm_backward`` (every diffusion UNet/VAE training step)
 statistics    ``var_mean``, ``cumprod``
 factories     ``eye``
-losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward
+losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward;
+              ``nll_loss_backward`` with ``reduction='none'`` (all-zero gradients)
 sparse        sparse tensors moved to the device stay on the CPU (whisper's sparse buffer)
 sampling      ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
 indexing      ``repeat_interleave`` (tensor repeats), ``count_nonzero``, ``upsample_nearest1d``
 foreach       ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor operators
 embedding     ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and backward
+dtypes        ``mul``/``mul_`` by a bool tensor (a bool result) and ``sum`` over uint8
+transfers     ``_to_copy`` to another adapter (zeros) through the host
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -32,7 +37,7 @@ A fix is installed only where the backend has the gap it fixes: on the simulated
 profile (:mod:`dmlpatch.gaps.profiles`), on real DirectML per torch-directml release
 (:data:`DIRECTML_RELEASES`). A fixed kernel that receives arguments DirectML handles itself
 passes them to DirectML's own kernel (through the operator's ``.out`` variant, which it
-registers), so only the calls DirectML would refuse change path.
+registers), so only the calls DirectML would refuse or get wrong change path.
 
 Every call a fix serves is counted as ``fixed`` through :func:`dmlpatch.opfix._accounting.record`.
 """
@@ -77,6 +82,8 @@ FAMILIES = (
     "foreach",
     "optimizers",
     "embedding",
+    "dtypes",
+    "transfers",
 )
 
 
@@ -110,17 +117,26 @@ def profile_for_release(version: Optional[str]) -> Optional[str]:
     return DIRECTML_RELEASES[-1][1]
 
 
-def gaps(profile: str) -> tuple[frozenset[str], frozenset[str]]:
-    """``(refused, native)`` for a profile: operators with refusal rules, and the overloads
-    DirectML runs natively (names without ``aten::``); everything else falls back to the CPU.
-    """
+class Gaps(NamedTuple):
+    """What a profile lacks: operators with refusal rules, the overloads DirectML runs natively
+    (names without ``aten::``; everything else falls back to the CPU) and its wrong answers."""
+
+    refused: frozenset[str]
+    native: frozenset[str]
+    quirks: frozenset[str]
+
+
+def gaps(profile: str) -> Gaps:
+    """The gaps of a profile (see :class:`Gaps`)."""
     from dmlpatch.gaps import profiles, registered_ops
 
     chosen = profiles.resolve(profile)
     refused = profiles.refused_ops(profile)
+    quirks = profiles.quirks(profile)
     if not chosen.has_gaps:
-        return refused, frozenset({"*"})
-    return refused, frozenset(registered_ops.native_set(registered_ops.listed_ops(), None))
+        return Gaps(refused, frozenset({"*"}), quirks)
+    native = frozenset(registered_ops.native_set(registered_ops.listed_ops(), None))
+    return Gaps(refused, native, quirks)
 
 
 def kernels() -> list[Kernel]:
@@ -134,11 +150,13 @@ def kernels() -> list[Kernel]:
     return found
 
 
-def needed(kernel: Kernel, refused: frozenset[str], native: frozenset[str]) -> bool:
+def needed(kernel: Kernel, gaps: Gaps) -> bool:
     """Whether a profile has the gap ``kernel`` fixes."""
     if kernel.gap == "refused":
-        return kernel.op in refused
-    return "*" not in native and kernel.name not in native
+        return kernel.op in gaps.refused
+    if kernel.gap == "quirk":
+        return kernel.quirk in gaps.quirks
+    return "*" not in gaps.native and kernel.name not in gaps.native
 
 
 def install(backend: str, profile_or_version: Optional[str]) -> Installed:
@@ -168,10 +186,10 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         library = torch.library.Library("aten", "IMPL")
         fixes: list[str] = []
         if profile is not None:
-            refused, native = gaps(profile)
+            missing = gaps(profile)
             for kernel in kernels():
                 # A user's DMLPATCH_CPU_OPS entry wins over our fix.
-                if needed(kernel, refused, native) and kernel.qualified not in forced_names:
+                if needed(kernel, missing) and kernel.qualified not in forced_names:
                     with warnings.catch_warnings():
                         # torch 2.4 warns when a Python kernel replaces the simulator's
                         # registration for the same key: replacing it is the point.

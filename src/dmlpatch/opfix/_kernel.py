@@ -20,11 +20,15 @@ class Kernel(NamedTuple):
     #: ``refused``: DirectML raises for some arguments (installed where the profile has a rule
     #: for the operator); ``fallback``: DirectML has no kernel and copies through the CPU
     #: (installed where the operator is not native); ``missing``: DirectML has no kernel and
-    #: its CPU fallback finds none either (installed where the operator is not native).
+    #: its CPU fallback finds none either (installed where the operator is not native);
+    #: ``quirk``: DirectML's kernel answers wrongly for some arguments (installed where the
+    #: profile has :attr:`quirk`).
     gap: str
     #: The dispatch key it is registered for: ``AutogradPrivateUse1`` for a composition that
     #: autograd differentiates (an operator whose backward DirectML lacks too).
     key: str = "PrivateUse1"
+    #: For ``gap == "quirk"``: the wrong answer it fixes (a ``dmlpatch.gaps.profiles.QUIRKS`` name).
+    quirk: str = ""
 
     @property
     def op(self) -> str:

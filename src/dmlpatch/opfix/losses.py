@@ -14,6 +14,12 @@ binary_cross_entropy      ``(t - 1)·max(log1p(-x), -100) - t·max(log(x), -100)
 binary_cross_entropy_     ``dy·(x - t) / max((1 - x)·x, 1e-12)``, weighted, ``/ numel`` for mean
 backward
 ========================= ==================================================================
+
+``nll_loss_backward`` (the backward of ``F.cross_entropy`` and ``F.nll_loss``) is a wrong answer,
+not a fallback: with ``reduction='none'`` DirectML's kernel gives an all-zero gradient
+(microsoft/DirectML#739, #740), so a language model trained on a weighted per-token loss never
+learns. The fix writes ``-dy·w[t]`` at each row's target (nothing for ``ignore_index``) with one
+scatter; the other reductions go to DirectML's own kernel.
 """
 
 from __future__ import annotations
@@ -149,6 +155,40 @@ def _bce_backward_out(
     return into(grad_input, _bce_gradient(grad_output, self, target, weight, reduction))
 
 
+def _nll_loss_backward(
+    grad_output: torch.Tensor,
+    self: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    reduction: int,
+    ignore_index: int,
+    total_weight: torch.Tensor,
+) -> torch.Tensor:
+    if reduction != _NONE:
+        return torch.ops.aten.nll_loss_backward.grad_input(
+            grad_output,
+            self,
+            target,
+            weight,
+            reduction,
+            ignore_index,
+            total_weight,
+            grad_input=self.new_empty(0),
+        )
+    record("fixed", "aten::nll_loss_backward.grad_input")
+    rows = self if self.dim() == 2 else self.unsqueeze(0)
+    targets = target.reshape(-1)
+    kept = targets != ignore_index
+    index = targets.masked_fill(~kept, 0)
+    gradient = -grad_output.reshape(-1).to(self.dtype)
+    if weight is not None:
+        gradient = gradient * weight.index_select(0, index)
+    gradient = gradient.masked_fill(~kept, 0)
+    grad_input = torch.zeros_like(rows)
+    grad_input.scatter_(1, index.unsqueeze(1), gradient.unsqueeze(1))
+    return grad_input if self.dim() == 2 else grad_input.squeeze(0)
+
+
 KERNELS = (
     Kernel("logit", _logit, "fallback"),
     Kernel("logit.out", _logit_out, "fallback"),
@@ -159,4 +199,5 @@ KERNELS = (
     Kernel("binary_cross_entropy.out", _bce_out, "fallback"),
     Kernel("binary_cross_entropy_backward", _bce_backward, "fallback"),
     Kernel("binary_cross_entropy_backward.grad_input", _bce_backward_out, "fallback"),
+    Kernel("nll_loss_backward", _nll_loss_backward, "quirk", quirk="cross-entropy-none-grad"),
 )

@@ -53,8 +53,7 @@ class Observer(TorchDispatchMode):
         super().__init__()
         from dmlpatch.gaps import profiles, registered_ops
 
-        _, native = opfix.gaps(profile)
-        self._native = native
+        self._native = opfix.gaps(profile).native
         index = registered_ops.load_index(None)
         self._delegates = dict(index.delegates) if index is not None else {}
         self._refusals = {rule.message.split("{n}")[0] for rule in profiles.resolve(profile).rules}

@@ -112,6 +112,7 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
         ops.refuse_inference_mode(profiles.INFERENCE_MODE_TEXT)
     if chosen.drops_out_resizes:
         ops.drop_out_resizes("\n".join(chosen.drops_out_resizes))
+    ops.set_quirks("\n".join(chosen.quirks), "\n".join(chosen.unsupported_dtypes))
     for rule in chosen.rules:
         ops.add_rule(rule.op, rule.predicate, ",".join(rule.args), rule.limit, rule.message)
     direct = registered_ops.direct_registrations(index, {r.op for r in chosen.rules}, native)

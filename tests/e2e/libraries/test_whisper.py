@@ -96,3 +96,22 @@ def test_without_dmlpatch_load_model_fails_on_the_sparse_buffer(tmp_path: Path) 
     assert "'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the " in (
         result.err
     )
+
+
+def test_a_spectrogram_on_the_device_meets_directmls_complex_gap(tmp_path: Path) -> None:
+    """DirectML has no complex type: ``log_mel_spectrogram(audio, device=dml)`` runs torch.stft
+    there and stops (microsoft/DirectML#704), under dmlpatch too. transcribe (above) computes
+    the spectrogram on the CPU and only moves the real-valued result."""
+    program = (
+        "import numpy as np, whisper, dmlpatch.sim as sim\n"
+        "sim.load()\n"
+        "audio = np.zeros(16000, dtype=np.float32)\n"
+        "print(whisper.log_mel_spectrogram(audio).shape)\n"
+        "whisper.log_mel_spectrogram(audio, device=sim.device(0))\n"
+    )
+    result = run_python(["-c", program], env=clean_env(), cwd=tmp_path)
+    assert result.code == 1
+    assert result.out.strip() == "torch.Size([80, 100])"
+    assert result.err.strip().endswith(
+        "RuntimeError: Invalid or unsupported data type ComplexFloat."
+    ), result.err[-2000:]

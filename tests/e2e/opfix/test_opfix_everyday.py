@@ -319,11 +319,6 @@ STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]
         "aten::_embedding_bag_forward_only",
     ),
     "linalg": (torch.linalg.inv, (torch.eye(3) * 2 + 0.1,), "aten::linalg_inv_ex.inverse"),
-    "complex": (
-        lambda x: torch.stft(x, 16, return_complex=True).abs(),
-        (torch.randn(64),),
-        "aten::_fft_r2c",
-    ),
 }
 
 

@@ -23,8 +23,7 @@ DTYPES = (
     torch.float32,
     torch.float64,
     torch.float16,
-    torch.bfloat16,
-)
+)  # no bfloat16: no DirectML tensor can have it (microsoft/DirectML#688)
 SPECIALS = (0.0, -0.0, float("nan"))
 
 

@@ -76,7 +76,65 @@ cases.update({
     "sparse_to_device": lambda: torch.eye(3).to_sparse().to(d),
     "set_data_across_devices": set_data_across_devices,
 })
-out = {}
+cases.update({
+    # microsoft/DirectML#619, #688, #704 and #421: uint8 sums, bfloat16 and complex tensors.
+    "uint8_sum": lambda: torch.tensor([1], dtype=torch.uint8, device=d).sum(),
+    "bfloat16": lambda: torch.ones(2, dtype=torch.bfloat16).to(d),
+    "complex": lambda: torch.complex(torch.ones(2).to(d), torch.ones(2).to(d)),
+    "stft": lambda: torch.stft(torch.randn(64).to(d), 16, return_complex=True),
+    "float16": lambda: torch.ones(2, dtype=torch.float16, device=d) * 2,
+    "generator": lambda: torch.randn(3, generator=torch.Generator(device=d), device=d),
+})
+def float_times_bool():
+    # microsoft/DirectML#686 and #737, verbatim.
+    t = torch.tensor([0.0, 1.0]).to(d)
+    t *= t > 0
+    x = torch.full((4,), -3.4e38, device=d)
+    y = x * torch.tensor([True, False, True, False], device=d)
+    return [str(t.dtype), t.cpu().tolist(), str(y.dtype), y.cpu().tolist()]
+def cross_entropy_gradients():
+    # microsoft/DirectML#739 and #740: reduction='none', then a weighted sum.
+    sums = []
+    for reduction in ("none", "mean"):
+        logits = torch.linspace(-1, 1, 20).reshape(4, 5).to(d).requires_grad_()
+        loss = F.cross_entropy(logits, torch.tensor([1, 2, 3, 0], device=d), reduction=reduction)
+        (loss * torch.arange(1.0, 5.0, device=d) if reduction == "none" else loss).sum().backward()
+        sums.append(round(logits.grad.abs().sum().item(), 4))
+    return sums
+def seeded():
+    g = torch.Generator(device=d).manual_seed(7)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.manual_seed(7)
+        first = torch.randn(3, device=d).cpu()
+        torch.manual_seed(7)
+        again = torch.randn(3, device=d).cpu()
+    return {
+        "generator_device": str(g.device),
+        "generator_is_the_cpus": torch.equal(
+            torch.randn(3, generator=g, device=d).cpu(),
+            torch.randn(3, generator=torch.Generator().manual_seed(7)),
+        ),
+        "manual_seed_repeats": torch.equal(first, again),
+        "warnings": [str(w.message) for w in seen],
+    }
+def across_adapters():
+    if sim.device_count() < 2:
+        return None
+    t = torch.tensor([0.75, -1.5]).to(sim.device(0))
+    return [t.to(sim.device(1)).cpu().tolist(), t.cpu().to(sim.device(1)).cpu().tolist()]
+def answer(fn):
+    try:
+        return fn()
+    except Exception as e:
+        return [type(e).__name__, str(e).splitlines()[0]]
+answers = {
+    "float_times_bool": answer(float_times_bool),
+    "cross_entropy_gradients": answer(cross_entropy_gradients),
+    "seeded": answer(seeded),  # pytorch-directml 1.8 has no normal_
+    "across_adapters": answer(across_adapters),
+}
+out = {"answers": answers}
 for name, fn in cases.items():
     try:
         fn()
@@ -133,6 +191,10 @@ def outcomes() -> dict[str, Any]:
         "pytorch-directml-1.8": run_json(PROBE, DMLPATCH_SIM_PROFILE="pytorch-directml-1.8"),
         "permissive": run_json(PROBE, DMLPATCH_SIM_PROFILE="permissive"),
         "no-float64": run_json(PROBE, DMLPATCH_SIM_FLOAT64="0"),
+        "two-adapters": run_json(PROBE, DMLPATCH_SIM_DEVICES="2"),
+        "permissive-two-adapters": run_json(
+            PROBE, DMLPATCH_SIM_PROFILE="permissive", DMLPATCH_SIM_DEVICES="2"
+        ),
     }
 
 
@@ -185,6 +247,59 @@ def test_sparse_tensors_and_set_data_fail_as_on_directml(outcomes: dict[str, Any
     assert outcomes["permissive"]["set_data_across_devices"] == ["RuntimeError", SET_DATA]
 
 
+def test_wrong_answers_of_0_2_5(outcomes: dict[str, Any]) -> None:
+    """Kernels DirectML runs and gets wrong, as the reports print them; permissive is right."""
+    wrong = outcomes["torch-directml-0.2.5"]["answers"]
+    right = outcomes["permissive"]["answers"]
+    bools = ["torch.bool", [False, True], "torch.bool", [True, False, True, False]]
+    assert wrong["float_times_bool"] == bools
+    floats = ["torch.float32", [0.0, 1.0], "torch.float32", [-3.4e38, -0.0, -3.4e38, -0.0]]
+    assert right["float_times_bool"][0] == floats[0] and right["float_times_bool"][2] == floats[2]
+    # reduction='none' loses every gradient; 'mean' keeps them.
+    assert wrong["cross_entropy_gradients"][0] == 0.0
+    assert wrong["cross_entropy_gradients"][1] == right["cross_entropy_gradients"][1] > 0
+    assert right["cross_entropy_gradients"][0] > 0
+    assert outcomes["two-adapters"]["answers"]["across_adapters"] == [
+        [0.0, 0.0],
+        [0.75, -1.5],
+    ]
+    assert outcomes["permissive-two-adapters"]["answers"]["across_adapters"] == [
+        [0.75, -1.5],
+        [0.75, -1.5],
+    ]
+    assert outcomes["torch-directml-0.2.5"]["uint8_sum"] == [
+        "UnicodeDecodeError",
+        "'utf-8' codec can't decode byte 0xcf in position 0: invalid continuation byte",
+    ]
+    assert outcomes["torch-directml-0.2.5"]["counters"]["refused"]["aten::sum.IntList_out"] == 1
+    assert outcomes["permissive"]["uint8_sum"] == ["ok", ""]
+
+
+def test_no_bfloat16_or_complex_tensors_on_0_2_5(outcomes: dict[str, Any]) -> None:
+    """DirectML stops the process with this line; the simulator raises it."""
+    o = outcomes["torch-directml-0.2.5"]
+    assert o["bfloat16"] == ["RuntimeError", "Invalid or unsupported data type BFloat16."]
+    assert o["complex"] == ["RuntimeError", "Invalid or unsupported data type ComplexFloat."]
+    assert o["stft"] == ["RuntimeError", "Invalid or unsupported data type ComplexFloat."]
+    assert o["float16"] == ["ok", ""]
+    for name in ("bfloat16", "complex", "stft"):
+        assert outcomes["permissive"][name] == ["ok", ""], name
+
+
+def test_generator_and_seeds_of_0_2_5(outcomes: dict[str, Any]) -> None:
+    """torch-directml 0.2.5 registers a generator made on the CPU generator its random kernels
+    draw from, and its device module seeds that one (the failures of #374 and #587 are earlier
+    releases')."""
+    o = outcomes["torch-directml-0.2.5"]
+    assert o["generator"] == ["ok", ""]
+    assert o["answers"]["seeded"] == {
+        "generator_device": "cpu",
+        "generator_is_the_cpus": True,
+        "manual_seed_repeats": True,
+        "warnings": [],
+    }
+
+
 def test_eye_made_on_the_device_is_empty(outcomes: dict[str, Any]) -> None:
     for profile in ("torch-directml-0.2.5", "pytorch-directml-1.8"):
         assert outcomes[profile]["eye_shapes"] == [[0], [3, 3]], profile
@@ -216,7 +331,8 @@ def test_pytorch_directml_1_8_lacks_normal(outcomes: dict[str, Any]) -> None:
     assert o["normal_"] == ["RuntimeError", NORMAL]
     assert o["randn"] == ["RuntimeError", NORMAL]
     assert o["unique_counts"] == ["RuntimeError", COUNTS]  # inherits 0.2.5's rules
-    assert o["counters"]["refused"]["aten::normal_"] == 2
+    # normal_, randn, randn with a generator, the first seeded randn
+    assert o["counters"]["refused"]["aten::normal_"] == 4
 
 
 def test_permissive_has_no_gaps(outcomes: dict[str, Any]) -> None:

@@ -116,11 +116,11 @@ def test_mixed_devices_are_refused(dev: torch.device) -> None:
     assert torch.equal(x[torch.tensor([0, 2])].cpu(), torch.ones(2))  # CPU indices, as CUDA
 
 
+#: DirectML's dtypes (no bfloat16 or complex: test_sim_fidelity checks their refusal).
 @pytest.mark.parametrize(
     "dtype",
     [
         torch.float16,
-        torch.bfloat16,
         torch.float32,
         torch.float64,
         torch.int32,
@@ -137,7 +137,8 @@ def test_dtypes(dev: torch.device, dtype: torch.dtype) -> None:
         assert torch.equal((got & ~got).cpu(), ref & ~ref)
     else:
         assert torch.equal((got * 2 + got).cpu(), ref * 2 + ref)
-        assert torch.equal(got.sum(0).cpu(), ref.sum(0))
+        if dtype != torch.uint8:  # DirectML cannot sum uint8 (test_sim_fidelity)
+            assert torch.equal(got.sum(0).cpu(), ref.sum(0))
 
 
 def test_random_ops_reproduce_cpu(dev: torch.device) -> None:
@@ -199,6 +200,8 @@ def test_two_adapters_and_d2d_copies() -> None:
     assert result["n"] == 2
     assert result["names"] == ["Simulated Radeon (discrete)", "Simulated UHD (integrated)"]
     assert result["module"] == "Simulated UHD (integrated)"
-    assert result["b"] == "privateuseone:1" and result["vals"] == [0.0, 1.0, 2.0, 3.0]
+    # DirectML copies between adapters as zeros (microsoft/DirectML#443), and so does the
+    # simulator (dmlpatch.opfix.transfers goes through the host instead).
+    assert result["b"] == "privateuseone:1" and result["vals"] == [0.0, 0.0, 0.0, 0.0]
     assert result["d2d"] == {"count": 1, "bytes": 16}
     assert "privateuseone:0 and privateuseone:1" in result["mixed"]

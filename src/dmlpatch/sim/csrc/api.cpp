@@ -131,6 +131,7 @@ TORCH_LIBRARY(dmlpatch_sim, m) {
   m.def("register_direct(str names) -> str", &register_direct);
   m.def("refuse_inference_mode(str message) -> ()", &refuse_inference_mode);
   m.def("drop_out_resizes(str names) -> ()", &drop_out_resizes);
+  m.def("set_quirks(str quirks, str unsupported_dtypes) -> ()", &set_quirks);
   m.def("counters() -> str", &counters_text);
   m.def("record_call(str category, str name, int copies, int bytes) -> ()", &record_call);
   m.def("reset_counters() -> ()", &reset_counters);

@@ -5,6 +5,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 5
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#endif
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -68,6 +72,15 @@ struct SimGuard final : c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
 };
 
+at::Generator new_generator(c10::DeviceIndex = -1) {
+  return at::make_generator<at::CPUGeneratorImpl>();
+}
+
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 5
+// torch 2.4 looks the generator of torch.Generator(device=...) up in this registry.
+REGISTER_GENERATOR_PRIVATEUSE1(new_generator)
+#endif
+
 // Members are declared without `override` where their signatures changed between torch 2.4
 // and later releases (constness): the matching one overrides, the other is inert.
 struct SimHooks final : at::PrivateUse1HooksInterface {
@@ -82,6 +95,9 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) {
     return at::detail::getDefaultCPUGenerator();
   }
+  // torch.Generator(device=dml): torch-directml 0.2.5 registers one made on the CPU generator
+  // (its native library constructs CPUGeneratorImpl); torch >= 2.5 asks the hooks for it.
+  at::Generator getNewGenerator(c10::DeviceIndex = -1) const { return new_generator(); }
   at::Device getDeviceFromPtr(void*) const { return {kSim, t_current}; }
   bool isPinnedPtr(const void*) const { return false; }
   c10::Allocator* getPinnedMemoryAllocator() const { return c10::GetCPUAllocator(); }

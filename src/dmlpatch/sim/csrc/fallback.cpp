@@ -27,6 +27,7 @@ struct OpEntry {
   OpRecord* rec = nullptr;
   bool host_tensors_ok = false;  // exempt from the same-device check
   bool drops_out_resize = false;  // DirectML's fallback loses the resize of its out= tensor
+  Quirk quirk = Quirk::None;  // a wrong answer DirectML gives for some calls (quirks.cpp)
   // Refusal rules for this overload, with the schema positions of the arguments they read.
   std::vector<std::pair<const Rule*, std::vector<int>>> rules;
 };
@@ -325,6 +326,7 @@ OpEntry* op_entry(const c10::OperatorHandle& op) {
   auto it = reg.by_name.find(name);
   entry->rec = it != reg.by_name.end() ? it->second : make_record(reg, name);
   entry->host_tensors_ok = reg.host_ok.count(op.operator_name().name) > 0;
+  entry->quirk = quirk_of(op.operator_name());
   const auto& schema = op.schema();
   auto rules = reg.rules.find(op.operator_name().name);
   if (rules != reg.rules.end()) {
@@ -429,6 +431,11 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       TORCH_CHECK(false, *message);
     }
   }
+  c10::SmallVector<c10::IValue, 8> given;  // the arguments, for a quirk that reads them after
+  if (entry->quirk != Quirk::None) {
+    if (quirk_before(entry->quirk, rec, op.operator_name(), stack, base)) return;
+    given.assign(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
+  }
   count_call(rec);
   if (rec->cls == OpClass::Fallback) {
     const bool warn = !rec->warned.exchange(true);
@@ -471,6 +478,7 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     if (entry->drops_out_resize && p.first.sizes() != p.second.sizes()) continue;
     sync_back(p.first, p.second);
   }
+  if (entry->quirk != Quirk::None) quirk_after(entry->quirk, op, given, stack);
   if (rec->cls == OpClass::Fallback) count_fallback_copies(rec, op, call);
 }
 

@@ -153,6 +153,11 @@ at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
     check_dtype(dst.scalar_type(), dst.device().index());
     if (self.device().index() != dst.device().index()) {
       count_transfer(Transfer::D2D, host_bytes(dst));
+      if (config().cross_adapter_copy_zeros) {
+        // microsoft/DirectML#443: a copy to another adapter arrives as zeros.
+        cpu_alias(dst).zero_();
+        return dst;
+      }
     }
   } else if (dst_dev) {
     check_dtype(dst.scalar_type(), dst.device().index());
@@ -227,6 +232,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward(
 }  // namespace
 
 void check_dtype(c10::ScalarType dtype, c10::DeviceIndex index) {
+  const auto& unsupported = config().unsupported_dtypes;
+  const auto at = static_cast<size_t>(dtype);
+  // DirectML stops the process with this fatal log line (dml_util.cc:118); the simulator
+  // raises it, so that the traceback shows where (microsoft/DirectML#688, #704, #421).
+  TORCH_CHECK(at >= unsupported.size() || !unsupported[at], "Invalid or unsupported data type ",
+              c10::toString(dtype), ".");
   if (dtype == c10::ScalarType::Double && !config().float64) {
     TORCH_CHECK(false, "privateuseone:", static_cast<int>(index < 0 ? 0 : index),
                 " has no float64 support (torch_directml.has_float64_support() is False): "

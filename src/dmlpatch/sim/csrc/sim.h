@@ -39,6 +39,13 @@ struct Config {
   // tensor made outside it (DirectML's kernels copy that tensor's version counter onto what
   // they make; see profiles.py).
   std::string inference_mode_refusal;
+  // DirectML's wrong answers the profile reproduces (quirks.cpp; profiles.QUIRKS).
+  bool float_times_bool = false;
+  bool nll_loss_none_zero_grad = false;
+  bool uint8_sum = false;
+  bool cross_adapter_copy_zeros = false;
+  // Dtypes no device tensor may have (bfloat16, complex), by c10::ScalarType.
+  std::vector<bool> unsupported_dtypes;
 };
 Config& config();
 void check_dtype(c10::ScalarType dtype, c10::DeviceIndex index);
@@ -93,6 +100,21 @@ at::Tensor device_view(const at::Tensor& base, const at::Tensor& cpu_view);
 // After a CPU kernel wrote to `cpu` (an alias of `dev`), make `dev` match it: new shape,
 // and new memory if the kernel had to reallocate.
 void sync_back(const at::Tensor& dev, const at::Tensor& cpu);
+
+// ---- DirectML's wrong answers (quirks.cpp) ----
+enum class Quirk : int { None = 0, FloatTimesBool, NllLossNoneZeroGrad, Uint8Sum };
+// The quirk an operator overload may show (decided by its name), or Quirk::None.
+Quirk quirk_of(const c10::OperatorName& name);
+// Before the kernel runs, with the call's device arguments from `base` on the stack: true when
+// the quirk produced the call's results itself (counted on `rec`; they replace the arguments).
+// May raise as DirectML does (counted as refused).
+bool quirk_before(Quirk quirk, OpRecord* rec, const c10::OperatorName& name,
+                  torch::jit::Stack* stack, size_t base);
+// After the kernel ran, with its device results on the stack: the wrong answer, in place.
+// `args` are the call's arguments as it was given them.
+void quirk_after(Quirk quirk, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                 torch::jit::Stack* stack);
+void set_quirks(const std::string& quirks, const std::string& unsupported_dtypes);
 
 // ---- the boxed CPU fallback (fallback.cpp) ----
 // Raises the inference-mode refusal (counted on `rec`) when the profile has it, inference

@@ -6,3 +6,4 @@
 #include "device.cpp"
 #include "fallback.cpp"
 #include "kernels.cpp"
+#include "quirks.cpp"
