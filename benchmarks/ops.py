@@ -1,6 +1,8 @@
 """Cost of each op fix on the simulated device: fixed on the device vs DirectML's CPU-fallback
 path (two copies per call, forced with DMLPATCH_CPU_OPS's kernel) vs the CPU, copies per call;
-and the accounting observer's cost, off and on.
+what the fixes of DirectML's wrong answers cost the calls it gets right (every mul, sum and
+_to_copy of a device tensor passes through them); and the accounting observer's cost, off
+and on.
 
     python benchmarks/ops.py [--repeat N]
 
@@ -150,6 +152,37 @@ def _lstm(d: torch.device) -> tuple[torch.Tensor, ...]:
     return _LSTM_WEIGHTS["w"]
 
 
+def _wrong_answer_rows(dev: torch.device, repeat: int) -> None:
+    """Each fix of a wrong answer serves every call of its operator: the calls DirectML gets
+    right pay a Python call to reach DirectML's own kernel. Side by side with that kernel."""
+    x, y = torch.randn(64, 64).to(dev), torch.randn(64, 64).to(dev)
+    mask = (torch.rand(64, 64) > 0.5).to(dev)
+    pixels = torch.randint(0, 255, (64, 64), dtype=torch.uint8).to(dev)
+    logits, target = torch.randn(64, 1000).to(dev), torch.randint(0, 1000, (64,)).to(dev)
+    grad = torch.ones(64).to(dev)
+    total_weight = torch.tensor(64.0).to(dev)
+
+    def nll_backward() -> Any:
+        return torch.ops.aten.nll_loss_backward(grad, logits, target, None, 0, -100, total_weight)
+
+    rows: dict[str, tuple[Callable[[], Any], str]] = {
+        "x * y (right)": (lambda: x * y, ""),
+        "x * mask (wrong: bool)": (lambda: x * mask, ""),
+        "x.sum(0) (right)": (lambda: x.sum(0), ""),
+        "uint8 sum (fails)": (lambda: pixels.sum(), "fails"),
+        "x.to(float16) (right)": (lambda: x.to(torch.float16), ""),
+        "nll backward none (zeros)": (nll_backward, ""),
+    }
+    print(f"\n{'wrong-answer fix':26} {'fixed us':>9} {'directml us':>11} {'difference':>10}")
+    for label, (call, directml_fails) in rows.items():
+        fixed = _time(call, repeat * 5)
+        opfix.uninstall()
+        own = float("nan") if directml_fails else _time(call, repeat * 5)
+        opfix.install("sim", PROFILE)
+        shown = "fails" if directml_fails else f"{own:.1f}"
+        print(f"{label:26} {fixed:9.1f} {shown:>11} {fixed - own:+10.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
@@ -183,6 +216,7 @@ def main() -> None:
             f"{fixed_copies:>5} vs {fallback_copies:<3}"
         )
     library._destroy()
+    _wrong_answer_rows(dev, repeat)
 
     a = torch.randn(64, 64, device=dev)
     step = lambda: torch.relu(a @ a + 1).sum()  # noqa: E731

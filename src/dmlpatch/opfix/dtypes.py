@@ -29,15 +29,19 @@ _BOOL = torch.bool
 
 
 def _mul(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:
-    # A Python number (x * 2 reaches mul.Tensor as a wrapped number) arrives as itself.
+    # A Python number (x * 2 reaches mul.Tensor as a wrapped number) arrives as itself; either
+    # operand may be a CPU scalar tensor (a scheduler's beta ** 0.5 times a device tensor).
     if isinstance(other, torch.Tensor):
+        on_device = self if self.device.type != "cpu" else other
         if other.dtype is self.dtype:
-            return torch.ops.aten.mul.out(self, other, out=self.new_empty(0))
+            return torch.ops.aten.mul.out(self, other, out=on_device.new_empty(0))
         if other.dtype is _BOOL:
             record("fixed", "aten::mul.out")
             other = other.to(torch.result_type(self, other))
+    else:
+        on_device = self
     dtype = torch.result_type(self, other)
-    return torch.ops.aten.mul.out(self, other, out=self.new_empty(0, dtype=dtype))
+    return torch.ops.aten.mul.out(self, other, out=on_device.new_empty(0, dtype=dtype))
 
 
 def _mul_(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:

@@ -10,6 +10,8 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.e2e.opfix.helpers import no_copies, without_fixes
 
 import dmlpatch.sim as sim
@@ -74,6 +76,10 @@ PRODUCTS: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], Any]] = 
     "x * 3": (lambda x: x * 3, (torch.randn(5),), 0),
     "ints * 2.5": (lambda x: x * 2.5, (torch.arange(4),), 0),
     "x * int tensor": (torch.mul, (torch.randn(4), torch.arange(4)), 0),
+    "CPU scalar tensor * x": (lambda x: torch.tensor(0.5) * x, (torch.randn(4),), 0),
+    "x * CPU scalar tensor": (lambda x: x * torch.tensor(3), (torch.randn(4),), 0),
+    # Not pinned by the reports (a CPU scalar as self); the mask is cast all the same.
+    "CPU float scalar * mask": (lambda m: torch.tensor(2.0) * m, (torch.rand(5) > 0.5,), 1),
 }
 
 
@@ -249,3 +255,71 @@ def test_copies_of_a_device_tensor_keep_pytorchs_layout(dev: torch.device, name:
     assert got.device == (torch.device("cpu") if to_host else dev)
     assert got.dtype == expected.dtype and got.stride() == expected.stride()
     assert torch.equal(got.cpu(), expected)
+
+
+_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.float32)
+
+
+@st.composite
+def _operands(draw: st.DrawFn) -> tuple[torch.Tensor, Any, str]:
+    """A device-bound tensor and another operand: a tensor for the device, a CPU scalar
+    tensor, or a Python number."""
+    shape = draw(st.sampled_from([(3,), (2, 3), (1, 3), ()]))
+    count = 1
+    for size in shape:
+        count *= size
+    a = (torch.arange(count) - 2).reshape(shape).to(draw(st.sampled_from(_DTYPES)))
+    kind = draw(st.sampled_from(["tensor", "cpu scalar", "number"]))
+    if kind == "number":
+        return a, draw(st.sampled_from([2, -1.5, True])), kind
+    other_shape = draw(st.sampled_from([(3,), (2, 1), ()])) if kind == "tensor" else ()
+    other = torch.full(other_shape, draw(st.sampled_from([0, 1, 3])))
+    return a, other.to(draw(st.sampled_from(_DTYPES))), kind
+
+
+def _outcome(call: Callable[[], torch.Tensor]) -> Any:
+    try:
+        result = call()
+    except RuntimeError as error:
+        return type(error).__name__
+    return result.dtype, tuple(result.shape), result.cpu().double().tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(_operands(), st.booleans(), st.booleans())
+def test_every_product_equals_the_cpu(
+    dev: torch.device, operands: tuple[torch.Tensor, Any, str], in_place: bool, swap: bool
+) -> None:
+    a, b, kind = operands
+    moved = b.to(dev) if kind == "tensor" else b
+    if in_place:
+        expected = _outcome(lambda: a.clone().mul_(b))
+        got = _outcome(lambda: a.to(dev).mul_(moved))
+    elif swap and kind != "number":
+        expected = _outcome(lambda: b * a)
+        got = _outcome(lambda: moved * a.to(dev))
+    else:
+        expected = _outcome(lambda: a * b)
+        got = _outcome(lambda: a.to(dev) * moved)
+    assert got == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(_DTYPES),
+    st.sampled_from([None, 0, 1, (0, 1), ()]),
+    st.booleans(),
+    st.sampled_from([None, torch.uint8, torch.int64, torch.float32]),
+)
+def test_every_sum_equals_the_cpu(
+    dev: torch.device, dtype: torch.dtype, dim: Any, keepdim: bool, into: Any
+) -> None:
+    t = (torch.arange(12).reshape(3, 4) * 37 % 256).to(dtype)
+    options: dict[str, Any] = {} if into is None else {"dtype": into}
+    if dim is None:
+        expected = _outcome(lambda: t.sum(**options))
+        got = _outcome(lambda: t.to(dev).sum(**options))
+    else:
+        expected = _outcome(lambda: t.sum(dim, keepdim, **options))
+        got = _outcome(lambda: t.to(dev).sum(dim, keepdim, **options))
+    assert got == expected
