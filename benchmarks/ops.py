@@ -73,9 +73,11 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
     betas, rows = torch.linspace(1e-4, 0.02, 1000), torch.randn(64, 512)
     value, grid = torch.randn(8, 32, 20, 20), torch.rand(8, 300, 4, 2) * 2 - 1
     repeats, audio = torch.randint(0, 4, (512,)), torch.randn(4, 80, 500)
+    cameras = torch.randn(64, 4, 4) + 4 * torch.eye(4)
+    system, rhs = torch.randn(8, 8) + 8 * torch.eye(8), torch.randn(8, 8)
     tensors = {
         d: [t.to(d) for t in (mask, x, weight, *mean_rstd, gates, cell, probabilities, targets)]
-        + [t.to(d) for t in (betas, rows, value, grid, repeats, audio)]
+        + [t.to(d) for t in (betas, rows, value, grid, repeats, audio, cameras, system, rhs)]
         for d in (dev, torch.device("cpu"))
     }
 
@@ -123,6 +125,11 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
             lambda d: torch.nn.functional.interpolate(tensors[d][14], scale_factor=2),
         ),
         "AdamW(fused) step": ("aten::_fused_adamw_", lambda d: _fused_optimizer(d).step()),
+        "inv of 64 4x4": ("aten::linalg_inv_ex", lambda d: torch.linalg.inv(tensors[d][15])),
+        "solve 8x8, 8 columns": (
+            "aten::_linalg_solve_ex",
+            lambda d: torch.linalg.solve(tensors[d][16], tensors[d][17]),
+        ),
     }
 
 

@@ -82,13 +82,8 @@ ENTRY_TESTS: dict[str, object] = {
             "upsample-nearest1d",
             "random-sampling",
             "embedding-bag",
+            "linalg",
         )
-    },
-    **{
-        key: [
-            "tests/e2e/opfix/test_opfix_everyday.py::test_unfixed_failures_still_fall_back_and_stay_correct"
-        ]
-        for key in ("linalg",)
     },
     "complex": [
         "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5",

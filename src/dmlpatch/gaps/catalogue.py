@@ -302,14 +302,21 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "linalg",
-        "torch.linalg.inv / svd / solve",
+        "torch.linalg.inv / solve / svd (geometry code: camera matrices, homographies)",
         _fallback("aten::linalg_inv_ex.inverse"),
         "#671, #431",
-        ("aten::linalg_inv_ex", "aten::_linalg_svd", "aten::_linalg_solve_ex"),
+        (
+            "aten::linalg_inv_ex",
+            "aten::_linalg_solve_ex",
+            "aten::linalg_lu_solve",
+            "aten::_linalg_svd",
+        ),
         "op list",
         "CPU fallback with DirectML's warning",
-        "none",
-        "runs through the CPU fallback",
+        "kernel",
+        "dmlpatch.opfix.linalg: inv, solve and lu_solve of float systems up to 8 rows on the "
+        "device (LU with partial pivoting, as LAPACK; about three kernels per row); larger "
+        "systems, svd, det, qr and eigh still through the CPU",
     ),
     Failure(
         "upsample-nearest1d",

@@ -30,6 +30,7 @@ foreach       ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor
 embedding     ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and backward
 dtypes        ``mul``/``mul_`` by a bool tensor (a bool result) and ``sum`` over uint8
 transfers     ``_to_copy`` to another adapter (zeros) through the host
+linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve`` up to 8 rows (LU)
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -84,6 +85,7 @@ FAMILIES = (
     "embedding",
     "dtypes",
     "transfers",
+    "linalg",
 )
 
 

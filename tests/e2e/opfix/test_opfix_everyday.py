@@ -242,6 +242,31 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (torch.rand(6, 3), torch.rand(6, 3), torch.rand(6, 3)),
         "aten::binary_cross_entropy",
     ),
+    "linalg.inv of a batch of 3x3": (
+        torch.linalg.inv,
+        (torch.randn(8, 3, 3) + 3 * torch.eye(3),),
+        "aten::linalg_inv_ex.inverse",
+    ),
+    "torch.inverse 8x8 backward": (
+        _grads(torch.inverse),
+        (torch.randn(8, 8) + 8 * torch.eye(8),),
+        "aten::linalg_inv_ex.inverse",
+    ),
+    "linalg.solve, vectors": (
+        torch.linalg.solve,
+        (torch.randn(5, 4, 4) + 4 * torch.eye(4), torch.randn(5, 4)),
+        "aten::_linalg_solve_ex.result",
+    ),
+    "linalg.solve broadcast, backward": (
+        _grads(torch.linalg.solve, wrt=2),
+        (torch.randn(3, 1, 4, 4) + 4 * torch.eye(4), torch.randn(2, 4, 2)),
+        "aten::linalg_lu_solve.out",
+    ),
+    "linalg.lu_solve adjoint": (
+        lambda lu, pivots, b: torch.linalg.lu_solve(lu, pivots, b, adjoint=True),
+        (*torch.linalg.lu_factor(torch.randn(2, 5, 5) + 5 * torch.eye(5)), torch.randn(2, 5, 3)),
+        "aten::linalg_lu_solve.out",
+    ),
     "binary_cross_entropy saturated": (
         lambda x, t: F.binary_cross_entropy(x, t, reduction="none"),
         (torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0])),
@@ -303,6 +328,11 @@ def test_errors_match_the_cpu(dev: torch.device) -> None:
             F.binary_cross_entropy(x, torch.ones(2, device=x.device))
         with pytest.raises(RuntimeError, match="n must be greater or equal to 0, got -1"):
             torch.eye(-1, device=x.device)
+    singular = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
+    for x in (singular, singular.to(dev)):
+        with pytest.raises(torch.linalg.LinAlgError, match="The diagonal element 3 is zero"):
+            torch.linalg.inv(x)
+        assert torch.linalg.inv_ex(x.expand(2, 3, 3)).info.tolist() == [3, 3]
 
 
 #: Catalogued failures dmlpatch does not fix yet: with the fixes installed they still fall back
@@ -318,7 +348,12 @@ STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]
         (torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2])),
         "aten::_embedding_bag_forward_only",
     ),
-    "linalg": (torch.linalg.inv, (torch.eye(3) * 2 + 0.1,), "aten::linalg_inv_ex.inverse"),
+    "linalg 9x9 (through the CPU)": (
+        torch.linalg.inv,
+        (torch.randn(9, 9) + 9 * torch.eye(9),),
+        "aten::linalg_inv_ex.inverse",
+    ),
+    "linalg svd": (torch.linalg.svdvals, (torch.randn(4, 3),), "aten::_linalg_svd.U"),
 }
 
 

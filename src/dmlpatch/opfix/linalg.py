@@ -1,0 +1,170 @@
+"""``torch.linalg.inv`` and ``torch.linalg.solve`` of small systems on the device.
+
+torch-directml 0.2.5 registers no linear-algebra kernel but vector norms: ``inv``, ``solve``,
+``det``, ``svd``... run on the CPU, two copies per call (microsoft/DirectML#671, #431), and on a
+GPU each call also waits for the queue to drain. Small systems, the 3x3 and 4x4 matrices of
+geometry code, batched, are solved here the way LAPACK's ``getrf``/``getrs`` solve them on the
+CPU: LU factorisation with partial pivoting (the largest magnitude in the column, the first of
+equals), then forward and back substitution, one row at a time for every batch element at
+once. PyTorch's ``inv`` is a solve against the identity, and so is this one. ``LU`` and
+``pivots`` are in LAPACK's layout; ``linalg_lu_solve`` (solve's backward, with ``adjoint``)
+substitutes with them here too.
+
+The trade: a fixed call launches about three small kernels per row (``benchmarks/ops.py``:
+on the simulator, whose kernels are the CPU's, 64 4x4 inverses take longer fixed than through
+the fallback); the fallback makes two copies and drains the GPU's queue. Only systems up to
+:data:`LARGEST` rows are fixed; larger ones go to DirectML's own path (the ``.out`` variants,
+through the CPU), as do ``left=False``, ``check_errors=True`` and dtypes other than float32 and
+float64. ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all of them
+there. ``svd``, ``eigh``, ``qr``, ``det`` are not covered.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel
+
+#: Largest system solved on the device (rows): geometry's 3x3 and 4x4, small filters.
+LARGEST = 8
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _small(a: torch.Tensor) -> bool:
+    return a.dim() >= 2 and a.dtype in _FLOATS and 0 < a.shape[-1] == a.shape[-2] <= LARGEST
+
+
+def _swap_rows(m: torch.Tensor, row: int, other: torch.Tensor) -> None:
+    """Swap row ``row`` of each matrix of ``m`` with its row ``other`` (a batch of indices)."""
+    index = other.reshape(*other.shape, 1, 1).expand(*other.shape, 1, m.shape[-1])
+    theirs = m.gather(-2, index)
+    mine = m[..., row : row + 1, :].clone()
+    m[..., row : row + 1, :] = theirs
+    m.scatter_(-2, index, mine)
+
+
+def _factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``getrf``: ``(LU, pivots, info)``, pivots and info 1-based as LAPACK's."""
+    n = a.shape[-1]
+    lu = a.contiguous().clone()
+    pivots = torch.empty(*a.shape[:-1], dtype=torch.int32, device=a.device)
+    for j in range(n):
+        pivot_row = lu[..., j:, j].abs().argmax(-1) + j
+        pivots[..., j] = pivot_row + 1
+        _swap_rows(lu, j, pivot_row)
+        if j + 1 < n:
+            pivot = lu[..., j, j]
+            # A zero pivot is the column's largest magnitude: the column under it is zero, and
+            # LAPACK leaves it unscaled.
+            safe = torch.where(pivot == 0, torch.ones_like(pivot), pivot)
+            multipliers = lu[..., j + 1 :, j] / safe.unsqueeze(-1)
+            lu[..., j + 1 :, j] = multipliers
+            lu[..., j + 1 :, j + 1 :] -= multipliers.unsqueeze(-1) * lu[..., j : j + 1, j + 1 :]
+    # info: the (1-based) row of the first zero on U's diagonal, 0 if there is none.
+    zero = (lu.diagonal(dim1=-2, dim2=-1) == 0).to(torch.int32)
+    first = zero * ((zero.cumsum(-1) - zero) == 0).to(torch.int32)
+    order = torch.arange(1, n + 1, dtype=torch.int32, device=a.device)
+    info = (first * order).sum(-1, dtype=torch.int32)
+    return lu, pivots, info
+
+
+def _substitute(
+    lu: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, adjoint: bool = False
+) -> torch.Tensor:
+    """``getrs``: the solution of ``A X = B`` (``A^T X = B`` when ``adjoint``) from A's factors
+    ``P A = L U`` (batches already broadcast)."""
+    n = lu.shape[-1]
+    x = b.contiguous().clone()
+    rows = [slice(i, i + 1) for i in range(n)]
+    if not adjoint:
+        for j in range(n):
+            _swap_rows(x, j, pivots[..., j].long() - 1)
+        for i in range(1, n):  # L y = P b, L unit lower
+            x[..., rows[i], :] -= lu[..., rows[i], :i] @ x[..., :i, :]
+        for i in range(n - 1, -1, -1):  # U x = y
+            x[..., rows[i], :] -= lu[..., rows[i], i + 1 :] @ x[..., i + 1 :, :]
+            x[..., rows[i], :] /= lu[..., rows[i], rows[i]]
+        return x
+    upper_t = lu.transpose(-2, -1)
+    for i in range(n):  # U^T w = b, U^T lower
+        x[..., rows[i], :] -= upper_t[..., rows[i], :i] @ x[..., :i, :]
+        x[..., rows[i], :] /= upper_t[..., rows[i], rows[i]]
+    for i in range(n - 2, -1, -1):  # L^T v = w, L^T unit upper
+        x[..., rows[i], :] -= upper_t[..., rows[i], i + 1 :] @ x[..., i + 1 :, :]
+    for j in range(n - 1, -1, -1):  # x = P^T v
+        _swap_rows(x, j, pivots[..., j].long() - 1)
+    return x
+
+
+def _solve(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(X, LU, pivots, info)`` for ``A X = B`` with B a batch of matrices; LU is A's."""
+    lu, pivots, info = _factor(a)
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    n, k = a.shape[-1], b.shape[-1]
+    x = _substitute(lu.expand(*batch, n, n), pivots.expand(*batch, n), b.expand(*batch, n, k))
+    return x, lu, pivots, info
+
+
+def _lu_solve(
+    lu: torch.Tensor,
+    pivots: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    left: bool = True,
+    adjoint: bool = False,
+) -> torch.Tensor:
+    if not left or not _small(lu) or b.dtype != lu.dtype or b.dim() < 2:
+        return torch.ops.aten.linalg_lu_solve.out(
+            lu, pivots, b, left=left, adjoint=adjoint, out=b.new_empty(0)
+        )
+    record("fixed", "aten::linalg_lu_solve.out")
+    batch = torch.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    n, k = lu.shape[-1], b.shape[-1]
+    return _substitute(
+        lu.expand(*batch, n, n), pivots.expand(*batch, n), b.expand(*batch, n, k), adjoint
+    )
+
+
+def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    if check_errors or not _small(a):
+        return torch.ops.aten.linalg_inv_ex.inverse(
+            a,
+            check_errors=check_errors,
+            inverse=a.new_empty(0),
+            info=a.new_empty(0, dtype=torch.int32),
+        )
+    record("fixed", "aten::linalg_inv_ex.inverse")
+    n = a.shape[-1]
+    identity = torch.zeros(n, n, dtype=a.dtype, device=a.device)
+    identity.diagonal().fill_(1)
+    x, _, _, info = _solve(a, identity)
+    return x, info
+
+
+def _solve_ex(
+    a: torch.Tensor, b: torch.Tensor, *, left: bool = True, check_errors: bool = False
+) -> tuple[torch.Tensor, ...]:
+    if check_errors or not left or not _small(a) or b.dtype != a.dtype:
+        return torch.ops.aten._linalg_solve_ex.result(
+            a,
+            b,
+            left=left,
+            check_errors=check_errors,
+            result=a.new_empty(0),
+            LU=a.new_empty(0),
+            pivots=a.new_empty(0, dtype=torch.int32),
+            info=a.new_empty(0, dtype=torch.int32),
+        )
+    record("fixed", "aten::_linalg_solve_ex.result")
+    # PyTorch's rule: B is a batch of vectors when it has one dimension fewer than A.
+    vectors = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
+    x, lu, pivots, info = _solve(a, b.unsqueeze(-1) if vectors else b)
+    return (x.squeeze(-1) if vectors else x), lu, pivots, info
+
+
+KERNELS = (
+    Kernel("linalg_inv_ex", _inv_ex, "fallback"),
+    Kernel("_linalg_solve_ex", _solve_ex, "fallback"),
+    Kernel("linalg_lu_solve", _lu_solve, "fallback"),
+)
