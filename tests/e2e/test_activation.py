@@ -220,3 +220,48 @@ def test_a_line_from_another_installation_is_reported_and_replaced(env: tuple[st
         assert '"stale": null' in status.out and '"activated": true' in status.out
     finally:
         pth.unlink(missing_ok=True)
+
+
+WARM_UP_FIRST = """
+import torch
+w = torch.ones(2, requires_grad=True)
+(w * 2).sum().backward()  # a sanity check on the CPU, before any CUDA site
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+x = torch.ones(2, device=device, requires_grad=True)
+(x * 3).sum().backward()
+print(device, x.grad.cpu().tolist())
+"""
+
+#: PyTorch's autograd engine, when the device was registered after its first backward pass.
+DEVICE_QUEUES = "device_ready_queues_.size()) INTERNAL ASSERT FAILED"
+
+
+def test_a_backward_on_the_cpu_before_the_first_cuda_site(
+    env: tuple[str, Path], tmp_path: Path
+) -> None:
+    """microsoft/DirectML#668: the engine sizes its device queues at its first backward. An
+    activated process registers the device before that one, whatever ran it."""
+    python, _ = env
+    script = tmp_path / "warm_up_first.py"
+    script.write_text(WARM_UP_FIRST)
+    expected = "privateuseone:0 [3.0, 3.0]"
+    activated = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+    assert activated.code == 0, activated.err
+    try:
+        result = run_python([str(script)], python=python)
+    finally:
+        run_python(["-m", "dmlpatch", "deactivate"], python=python)
+    assert result.code == 0, result.err
+    assert result.out.strip() == expected
+    auto = tmp_path / "auto_first.py"
+    auto.write_text("import dmlpatch.auto\n" + WARM_UP_FIRST)
+    result = run_python([str(auto)], env=clean_env(DMLPATCH_DEVICE="sim"))
+    assert result.code == 0, result.err
+    assert result.out.strip() == expected
+    # Without dmlpatch, the device registered after that first backward has no queue.
+    late = "import torch\n(torch.ones(1, requires_grad=True) * 2).sum().backward()\n" + (
+        "import dmlpatch.sim as sim\nsim.load()\n"
+        "(torch.ones(1, device=sim.device(), requires_grad=True) * 2).sum().backward()\n"
+    )
+    result = run_python(["-c", late], env=clean_env())
+    assert result.code == 1 and DEVICE_QUEUES in result.err

@@ -29,6 +29,7 @@ earlier release's failure that 0.2.5, the last, does not have).
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Optional
 
 SIMULATED = ("rule", "quirk", "op list", "pytorch", "opt-in", "no")
@@ -616,6 +617,47 @@ FAILURES: tuple[Failure, ...] = (
         "smaller batches or models; torch-directml has no empty_cache",
     ),
     Failure(
+        "autograd-device-queues",
+        "every backward on the device, once the process ran a backward before torch-directml "
+        "was imported (a sanity check on the CPU first)",
+        "RuntimeError: 0 <= device.index() && device.index() < static_cast<c10::DeviceIndex>"
+        "(device_ready_queues_.size()) INTERNAL ASSERT FAILED",
+        "#668 (2024-11)",
+        (),
+        "pytorch",
+        "PyTorch's autograd engine sizes its per-device queues at the first backward pass; the "
+        "simulated device registers itself as torch-directml does",
+        "rewrite",
+        "the runner registers the device when torch is imported; an activated process "
+        "(dmlpatch.startup.first_backward) before its first backward pass",
+    ),
+    Failure(
+        "layer-norm-strided",
+        "LayerNorm of a non-contiguous input (x.permute(0, 2, 1)) gives wrong values",
+        "",
+        "#588 (0.2.1)",
+        (),
+        "no",
+        "the report gives the size of the error (std 0.70, max 3.6), not the values DirectML "
+        "computes, nor whether 0.2.5 still does it",
+        "none",
+        "x.contiguous() before the norm; dmlpatch check --verify compares every device "
+        "operator with the CPU",
+    ),
+    Failure(
+        "meta-copy",
+        "a meta tensor copied to the device becomes zeros instead of failing (weights never "
+        "loaded into a model built with init_empty_weights)",
+        "",
+        "#477 (2023)",
+        (),
+        "no",
+        "the simulated device raises PyTorch's 'Cannot copy out of meta tensor; no data!', as "
+        "the CPU does: a program that runs on it does not depend on the zeros",
+        "none",
+        "load the weights before moving the model (accelerate's load_checkpoint_and_dispatch)",
+    ),
+    Failure(
         "mixed-devices-1.8",
         "a library creating tensors on cuda while its model is on DirectML (facexlib)",
         "RuntimeError: bad optional access",
@@ -652,6 +694,8 @@ FAILURES: tuple[Failure, ...] = (
 )
 
 _BY_KEY = {failure.key: failure for failure in FAILURES}
+#: Where a text stops being verbatim: ``<n>`` (a number filled in), ``...`` (left out).
+_PLACEHOLDER = re.compile(r"<[a-z]+>|\.\.\.")
 
 
 def get(key: str) -> Failure:
@@ -674,7 +718,7 @@ def for_gap(op: str, how: str, error: Optional[str] = None) -> tuple[Failure, ..
     several (``_unique2``: counts or inverse), and all are returned."""
     if error:
         for failure in FAILURES:
-            said = failure.text.split(": ", 1)[-1].split("<", 1)[0].split("...", 1)[0]
+            said = _PLACEHOLDER.split(failure.text.split(": ", 1)[-1], 1)[0]
             explains = not failure.ops or _operator(op) in failure.ops
             if said and error.startswith(said) and explains:
                 return (failure,)

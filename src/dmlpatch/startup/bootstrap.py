@@ -14,7 +14,8 @@ from dmlpatch import log, report
 from dmlpatch.devices import announce, resolution
 from dmlpatch.errors import DmlpatchError
 from dmlpatch.patching import engine
-from dmlpatch.rewriting import main_script, spawn_main
+from dmlpatch.rewriting import hook, main_script, spawn_main
+from dmlpatch.startup import first_backward
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def startup(device: Optional[str] = None, main: bool = True) -> None:
         log.say(f"warning: patches not active in this process: {error}")
         return
     _active = True
+    hook.when_imported("torch", first_backward.arm)
     if announce.rank_zero_worker():
         resolution.when_resolved(announce.resolved)
     spawn_main.install()
