@@ -516,3 +516,52 @@ def test_warm_discovery_reads_no_source_without_sites(
     assert examined and examined[0] >= 2  # cudalib and cudalib.core at least
     assert "examined 0" in warm.err_lines
     assert os.listdir(tmp_path / "cache" / "discovery")
+
+
+#: CUDA chosen into names that do not say "device", and into the program's own functions.
+IDIOMS = """
+    import json
+    import torch
+
+
+    def run(model, where):
+        model.to(where)
+        return str(model(torch.ones(1, 4).to(where)).device)
+
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    gpu = "cpu"
+    if torch.cuda.is_available():
+        gpu = "cuda:0"
+    model = torch.nn.Linear(4, 2)
+    print(json.dumps({
+        "dev": str(torch.ones(1).to(dev).device),
+        "gpu": str(torch.zeros(2, device=gpu).device),
+        "argument": run(model, "cuda" if torch.cuda.is_available() else "cpu"),
+        "said": "using " + ("cuda" if torch.cuda.is_available() else "cpu"),
+    }))
+    """
+
+
+def test_cuda_chosen_into_any_name_or_argument(tmp_path: Path) -> None:
+    """``dev = 'cuda' if torch.cuda.is_available() else 'cpu'``: once is_available() says yes,
+    the literal it chose must be the device too, or the program dies ('Found no NVIDIA
+    driver') where plain python ran on the CPU."""
+    script = tmp_path / "idioms.py"
+    script.write_text(textwrap.dedent(IDIOMS))
+    plain = run_python([str(script)], env=clean_env())
+    assert plain.code == 0, plain.err
+    assert json.loads(plain.out) == {
+        "dev": "cpu",
+        "gpu": "cpu",
+        "argument": "cpu",
+        "said": "using cpu",
+    }
+    patched = run_python(["-m", "dmlpatch", "--device", "sim", str(script)], env=clean_env())
+    assert patched.code == 0, patched.err
+    assert json.loads(patched.out) == {
+        "dev": "privateuseone:0",
+        "gpu": "privateuseone:0",
+        "argument": "privateuseone:0",
+        "said": "using privateuseone:0",
+    }

@@ -185,6 +185,8 @@ AMP_LINE = (
         (torch.autocast, ("cuda",), {}),
         (torch.autocast, (), {"device_type": "cuda", "dtype": torch.float16}),
         (torch.autocast, ("privateuseone",), {}),
+        # device_type = 'cuda' if ... else 'cpu', rewritten: the program's device string
+        (torch.autocast, (), {"device_type": "privateuseone:0"}),
         (torch.amp.autocast, (torch.device("cuda", 0).type,), {}),
         (torch.cuda.amp.autocast, (), {}),
         (torch.cuda.amp.autocast, (True, torch.float16), {}),

@@ -128,6 +128,24 @@ def test_site_records_position_kind_and_original_text() -> None:
         ("from torch import cuda\ncuda.amp.GradScaler()", [("amp", "cuda.amp.GradScaler()")]),
         ("from torch.amp import autocast as ac\nac('cuda')", [("amp", "ac('cuda')")]),
         ("torch.accelerator.synchronize()", [("accelerator", "torch.accelerator")]),
+        (
+            "dev = 'cuda' if torch.cuda.is_available() else 'cpu'",
+            [("device_literal", "'cuda'"), ("is_available", "torch.cuda.is_available()")],
+        ),
+        ("run(model, 'cuda' if use_gpu else 'cpu')", [("device_literal", "'cuda'")]),
+        ("gpu = 'mps' if mac else 'cuda:1'", [("device_literal", "'cuda:1'")]),
+        (
+            "x = 'cuda' if torch.cuda.device_count() > 1 else other",
+            [("device_literal", "'cuda'"), ("cuda_api", "torch.cuda.device_count()")],
+        ),
+        (
+            "dev = 'cpu'\nif torch.cuda.is_available():\n    dev = 'cuda'",
+            [("is_available", "torch.cuda.is_available()"), ("device_literal", "'cuda'")],
+        ),
+        (
+            "if not torch.cuda.is_available():\n    d = 'cpu'\nelse:\n    d = 'cuda:0'",
+            [("is_available", "torch.cuda.is_available()"), ("device_literal", "'cuda:0'")],
+        ),
         ("from torch import accelerator", [("accelerator", "from torch import accelerator")]),
     ],
 )
@@ -178,6 +196,10 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "    return 'cuda' if (p := a.device.platform) == 'gpu' else p",
         "def device_type(): return 'cuda'",
         "def is_device_available(): return 'cuda'",
+        "kind = 'cuda' if flag else 'other'",
+        "label = 'cuda' if gpu else 'CPU only'",
+        "if use_gpu:\n    backend = 'cuda'",
+        "if torch.backends.mps.is_available():\n    backend = 'cuda'",
     ],
 )
 def test_not_device_sites(snippet: str) -> None:

@@ -85,7 +85,8 @@ def _directml_target(device_type: Any) -> Optional[_resolution.Resolution]:
     resolution = _resolution.current()
     if not (resolution.patches_needed and resolution.is_accelerator):
         return None
-    kind = getattr(device_type, "type", device_type)
+    # A rewritten program's device string carries an index ('privateuseone:0').
+    kind = str(getattr(device_type, "type", device_type)).split(":")[0]
     if kind in ("cuda", resolution.type):
         return resolution
     return None

@@ -21,6 +21,10 @@ Site kinds:
   ``device`` or ``device_name`` returns (``get_device()``, ``get_device_name()``). Branches
   of ``a if c else b`` and operands of ``a or b`` in those places count too.
   ``torch.device('cuda', i)`` becomes ``torch.device(__dmlpatch__.device(i))``.
+- ``device_literal`` also: a CUDA literal chosen in ``a if c else b`` against another
+  device's name or by CUDA's availability (``dev = 'cuda' if torch.cuda.is_available() else
+  'cpu'``, ``train(model, 'cuda' if use_gpu else 'cpu')``), and one assigned in an ``if`` whose
+  condition asks whether CUDA is available, whatever the names.
 - ``device_value``: the computed argument of ``torch.device(x)`` (a name, an attribute, a
   call) → ``torch.device(__dmlpatch__.device(x))``, in a module with other sites: yolov5's
   ``select_device`` ends with ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do
@@ -386,6 +390,27 @@ class _Transformer:
 
     # -- definitions and assignments ----------------------------------------------------------
 
+    def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
+        """``'cuda' if c else 'cpu'``: a CUDA literal chosen against another device's name, or
+        by CUDA's availability, is a device wherever the value goes (``dev = ...``, an
+        argument of the program's own function)."""
+        branches = (node.body, node.orelse)
+        if any(_says_cuda(branch) for branch in branches) and (
+            any(_names_another_device(branch) for branch in branches) or _asks_cuda(node.test)
+        ):
+            node.body = self._device_value(node.body)
+            node.orelse = self._device_value(node.orelse)
+        return node
+
+    def visit_If(self, node: ast.If) -> ast.AST:
+        """``if torch.cuda.is_available(): dev = 'cuda'``: assigned under CUDA's availability, a
+        CUDA literal is a device whatever the name."""
+        if _asks_cuda(node.test):
+            for statement in (*node.body, *node.orelse):
+                if isinstance(statement, ast.Assign) and _says_cuda(statement.value):
+                    statement.value = self._device_value(statement.value)
+        return node
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         self._defaults(node.args)
         self._decorators(node.decorator_list)
@@ -599,6 +624,33 @@ def _says_cuda(node: ast.expr) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr == "format" and _cuda_prefix(node.func.value)
     return False
+
+
+#: Other devices a program chooses between with CUDA.
+_OTHER_DEVICE = re.compile(r"(cpu|mps|xpu|privateuseone)(:\d+)?")
+
+
+def _names_another_device(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _OTHER_DEVICE.fullmatch(node.value) is not None
+    )
+
+
+def _asks_cuda(test: ast.expr) -> bool:
+    """Whether a condition calls ``torch.cuda.is_available()`` or ``device_count()`` (either
+    already rerouted: children are rewritten first)."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("is_available", "device_count")
+        and (
+            _is_runtime_call(node)
+            or (isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "cuda")
+        )
+        for node in ast.walk(test)
+    )
 
 
 def _is_runtime_call(node: ast.expr) -> bool:

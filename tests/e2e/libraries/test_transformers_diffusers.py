@@ -203,3 +203,61 @@ def test_diffusers_pipeline_samples_on_the_device_equal_to_cpu(tmp_path: Path) -
     hows = {row["op"]: row["how"] for row in report["ops"]}
     assert "fallback" not in hows.values() and "refused" not in hows.values(), hows
     assert report["compute"]["device_share"] == 1.0
+
+
+# transformers 4.57's Bloom builds its causal mask with `causal_mask *= arange > position`, a
+# float mask times a bool one, which DirectML makes bool (microsoft/DirectML#686, #702).
+BLOOM = """
+import json, sys, torch
+from transformers import BloomConfig, BloomForCausalLM
+
+torch.manual_seed(0)
+model = BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)).eval()
+
+
+def run(device):
+    model.to(device)
+    ids = torch.tensor([[5, 6, 7, 8], [0, 9, 10, 11]], device=device)
+    mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]], device=device)
+    with torch.no_grad():
+        tokens = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0
+        )
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    return {"device": str(logits.device), "tokens": tokens.tolist(),
+            "logits": logits.flatten().tolist()}
+
+
+if sys.argv[1] == "cpu-then-plain-sim":  # then DirectML as it ships, without dmlpatch
+    import dmlpatch.sim as sim
+
+    results = [run("cpu")]
+    sim.load()
+    results.append(run(sim.device(0)))
+else:
+    results = [run("cuda" if torch.cuda.is_available() else "cpu")]
+print(json.dumps(results))
+"""
+
+
+def test_bloom_causal_mask_on_the_device_equal_to_cpu(tmp_path: Path) -> None:
+    script = tmp_path / "bloom.py"
+    script.write_text(BLOOM)
+    env = clean_env(HF_HUB_OFFLINE="1")
+    reference = run_python([str(script), "cpu-then-plain-sim"], cwd=tmp_path, env=env)
+    assert reference.code == 0, reference.err[-3000:]
+    cpu, plain = json.loads(reference.out.splitlines()[-1])
+    result = run_python(
+        ["-m", "dmlpatch", "--device", "sim", str(script), "runner"],
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert result.code == 0, result.err[-3000:]
+    (patched,) = json.loads(result.out.splitlines()[-1])
+    assert patched["device"] == plain["device"] == "privateuseone:0"
+    assert patched["tokens"] == cpu["tokens"]
+    assert patched["logits"] == pytest.approx(cpu["logits"], rel=1e-5, abs=1e-6)
+    # As DirectML ships, the mask turned bool and lets the padded row attend where the CPU
+    # does not: the logits are silently different.
+    assert max(abs(a - b) for a, b in zip(plain["logits"], cpu["logits"])) > 1e-4
