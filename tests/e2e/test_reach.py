@@ -565,3 +565,46 @@ def test_cuda_chosen_into_any_name_or_argument(tmp_path: Path) -> None:
         "argument": "privateuseone:0",
         "said": "using privateuseone:0",
     }
+
+
+SAVE_AS_ON_CUDA = """
+    import sys, torch, torch.serialization as serialization
+
+    # What a CUDA machine writes: every storage tagged with its GPU.
+    serialization.location_tag = lambda storage: "cuda:0"
+    torch.save({"weight": torch.arange(6.0).reshape(2, 3)}, sys.argv[1])
+    """
+
+LOAD = """
+    import sys, torch
+
+    model = torch.nn.Linear(3, 2)
+    if torch.cuda.is_available():
+        model.cuda()
+    state = torch.load(sys.argv[1])
+    model.weight.data.copy_(state["weight"])
+    print(state["weight"].device, next(model.parameters()).device, model.weight.sum().item())
+    """
+
+
+def test_a_checkpoint_saved_on_a_gpu_loads_onto_the_device(tmp_path: Path) -> None:
+    """Released weights are often saved from a GPU; plain ``torch.load(f)`` restores them on
+    CUDA, or fails without it. Rewritten, it restores them on the device dmlpatch chose."""
+    checkpoint = tmp_path / "weights.pt"
+    saver, loader = tmp_path / "save.py", tmp_path / "load.py"
+    saver.write_text(textwrap.dedent(SAVE_AS_ON_CUDA))
+    loader.write_text(textwrap.dedent(LOAD))
+    assert run_python([str(saver), str(checkpoint)], env=clean_env()).code == 0
+    plain = run_python([str(loader), str(checkpoint)], env=clean_env())
+    assert plain.code == 1
+    assert "Attempting to deserialize object on a CUDA device" in plain.err
+    patched = run_python(
+        ["-m", "dmlpatch", "--device", "sim", str(loader), str(checkpoint)], env=clean_env()
+    )
+    assert patched.code == 0, patched.err
+    assert patched.out.split() == ["privateuseone:0", "privateuseone:0", "15.0"]
+    on_cpu = run_python(
+        ["-m", "dmlpatch", "--device", "cpu", str(loader), str(checkpoint)], env=clean_env()
+    )
+    assert on_cpu.code == 0, on_cpu.err
+    assert on_cpu.out.split() == ["cpu", "cpu", "15.0"]

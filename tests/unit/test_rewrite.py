@@ -129,6 +129,19 @@ def test_site_records_position_kind_and_original_text() -> None:
         ("from torch.amp import autocast as ac\nac('cuda')", [("amp", "ac('cuda')")]),
         ("torch.accelerator.synchronize()", [("accelerator", "torch.accelerator")]),
         (
+            "x.cuda()\nstate = torch.load(path)",
+            [("cuda_call", "x.cuda()"), ("torch_load", "torch.load(path)")],
+        ),
+        (
+            "x.cuda()\ntorch.load(f, weights_only=True)",
+            [("cuda_call", "x.cuda()"), ("torch_load", "torch.load(f, weights_only=True)")],
+        ),
+        (
+            "x.cuda()\ntorch.load(p, map_location='cpu')\ntorch.load(p, 'cpu')\n"
+            "torch.load(**options)",
+            [("cuda_call", "x.cuda()")],
+        ),
+        (
             "dev = 'cuda' if torch.cuda.is_available() else 'cpu'",
             [("device_literal", "'cuda'"), ("is_available", "torch.cuda.is_available()")],
         ),
@@ -197,6 +210,8 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "def device_type(): return 'cuda'",
         "def is_device_available(): return 'cuda'",
         "kind = 'cuda' if flag else 'other'",
+        "torch.load(path)  # a module with no other site: device-agnostic",
+        "model.load(path)",
         "label = 'cuda' if gpu else 'CPU only'",
         "if use_gpu:\n    backend = 'cuda'",
         "if torch.backends.mps.is_available():\n    backend = 'cuda'",

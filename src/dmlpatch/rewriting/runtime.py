@@ -218,6 +218,23 @@ def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
     return amp.grad_scaler(original, *args, **kwargs)
 
 
+def load(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.load(f)`` in a target, with no ``map_location``: storages a CUDA machine saved
+    (``cuda:N``) are restored on the target, as CUDA would restore them on its GPU; others
+    (``cpu``) as saved."""
+    resolution = _resolution.current()
+    if not resolution.patches_needed:
+        return original(*args, **kwargs)
+    from torch.serialization import default_restore_location
+
+    def restore(storage: Any, location: str) -> Any:
+        if _cuda_ordinal(location) is _NOT_CUDA:
+            return None  # torch's own restore
+        return default_restore_location(storage, device(location))
+
+    return original(*args, map_location=restore, **kwargs)
+
+
 def __getattr__(name: str) -> Any:
     """``__dmlpatch__.torch_cuda`` (:mod:`dmlpatch.rewriting.cuda_api`) and
     ``__dmlpatch__.accelerator`` (:mod:`dmlpatch.rewriting.accelerator`), loaded when used."""

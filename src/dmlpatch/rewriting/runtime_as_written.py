@@ -66,6 +66,11 @@ def autocast(original: Any, *args: Any, **kwargs: Any) -> Any:
     return original(*args, **kwargs)
 
 
+def load(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.load(f)``, unchanged."""
+    return original(*args, **kwargs)
+
+
 def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
     """``GradScaler(...)``, unchanged."""
     return original(*args, **kwargs)

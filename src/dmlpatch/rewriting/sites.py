@@ -30,6 +30,9 @@ Site kinds:
   ``select_device`` ends with ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do
   not name CUDA pass unchanged; a module whose only sites these are is left as it is.
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
+- ``torch_load``: ``torch.load(f)`` without ``map_location`` → ``__dmlpatch__.load(torch.load,
+  f)``, which maps the storages a CUDA machine saved (``cuda:N``) to the target, as CUDA would
+  restore them there; in a module with other sites only, like ``device_value``.
 - ``inference_mode``: ``torch.inference_mode`` → ``__dmlpatch__.inference_mode``, which is
   torch's except on DirectML, whose kernels refuse parameters inside it
   (``dmlpatch.rewriting.inference``); with ``from torch import inference_mode``, its calls and
@@ -83,6 +86,8 @@ _CUDA_API_MODULE = "dmlpatch.rewriting.cuda_api"
 #: Callees of the ``amp`` sites, by the runtime function that takes them.
 _AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
 _Node = TypeVar("_Node", bound=ast.AST)
+#: Site kinds rewritten only in a module with other sites.
+_ONLY_BESIDE_CUDA = frozenset({"device_value", "torch_load"})
 
 
 class Site(NamedTuple):
@@ -119,9 +124,10 @@ def rewrite(
     transformer = _Transformer(_Names.of(tree), _Lines(source), answers)
     transformer.transform(tree)
     sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
-    if sites and all(site.kind == "device_value" for site in sites):
-        # torch.device(x) alone is device-agnostic code (scipy, torchvision): only a module that
-        # hard-codes CUDA somewhere can hand x a CUDA value of its own making.
+    if sites and all(site.kind in _ONLY_BESIDE_CUDA for site in sites):
+        # torch.device(x) and torch.load(f) alone are device-agnostic code (scipy,
+        # torchvision): only a module that hard-codes CUDA somewhere can hand x a CUDA value
+        # of its own making, or expect f's tensors back on CUDA.
         return Rewritten(ast.parse(source, filename), [], tuple(sorted(transformer.unanswered)))
     if sites:
         _insert_runtime_import(tree, runtime)
@@ -338,6 +344,11 @@ class _Transformer:
             and not any(isinstance(arg, ast.Starred) for arg in node.args)
         ):
             self.type_calls.append(node)
+        if self._is_torch_load(node):
+            self._site(node, "torch_load")
+            node.args = [func, *node.args]
+            node.func = _located(_alias("load"), func)
+            return node
         function = self._cuda_function(func)
         if function is not None:
             self._site(node, "is_available" if function == "is_available" else "cuda_api")
@@ -365,6 +376,20 @@ class _Transformer:
             if keyword.arg is not None and _names_device(keyword.arg):
                 keyword.value = self._device_value(keyword.value)
         return node
+
+    def _is_torch_load(self, node: ast.Call) -> bool:
+        """``torch.load(f)`` with no ``map_location``: a checkpoint saved on a GPU comes back
+        on CUDA (``Attempting to deserialize object on a CUDA device``)."""
+        func = node.func
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == "load"
+            and isinstance(func.value, ast.Name)
+            and func.value.id in self.names.torch
+            and len(node.args) == 1
+            and not isinstance(node.args[0], ast.Starred)
+            and all(k.arg not in (None, "map_location") for k in node.keywords)
+        )
 
     def _device_call(self, node: ast.Call) -> None:
         """``torch.device(...)``: the type argument names a device; ``('cuda', i)`` keeps ``i``."""
