@@ -35,6 +35,9 @@ def _group_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return F.group_norm(x, 4, w, b)
 
 
+# Drawn once, from a fixed seed, so that every run compares the same numbers.
+_OUTER_RNG = torch.random.get_rng_state()
+torch.manual_seed(20261125)
 CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
     # name: (function of device-or-CPU tensors, CPU inputs, the operator DirectML lacks)
     "isneginf": (
@@ -274,6 +277,8 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
     ),
 }
 
+torch.random.set_rng_state(_OUTER_RNG)
+
 
 def _as_tuple(result: Any) -> tuple[torch.Tensor, ...]:
     return result if isinstance(result, tuple) else (result,)
@@ -284,7 +289,12 @@ def _equal(got: torch.Tensor, expected: torch.Tensor) -> bool:
     if got.dtype != expected.dtype or got.shape != expected.shape:
         return False
     if got.is_floating_point():
-        return torch.allclose(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
+        # A sum of terms (grid_sample's grid gradient) is rounded at the terms' size, not the
+        # result's: 32 roundings of the largest value, as well as 1e-5 of each.
+        finite = expected[expected.isfinite()].abs()
+        largest = max(1.0, float(finite.max())) if finite.numel() else 1.0
+        roundings = 32 * torch.finfo(expected.dtype).eps * largest
+        return torch.allclose(got, expected, rtol=1e-5, atol=roundings, equal_nan=True)
     return torch.equal(got, expected)
 
 
