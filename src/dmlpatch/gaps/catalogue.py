@@ -21,7 +21,8 @@ own binary.
 
 ``fix`` says what dmlpatch does: ``kernel`` (an on-device composition of native operators in
 :mod:`dmlpatch.opfix`, installed only where the backend has the gap), ``rewrite`` (CUDA-only
-code rewritten in the program's targets), ``spec`` (a library's built-in patch), ``command``
+code rewritten in the program's targets), ``spec`` (a library's built-in patch), ``start-up``
+(what dmlpatch does as the program starts), ``command``
 (a dmlpatch command), ``none`` (not fixed yet: the CPU fallback still works where there is
 one), ``cannot`` (out of dmlpatch's reach; ``remedy`` says why) or ``not in 0.2.5`` (an
 earlier release's failure that 0.2.5, the last, does not have).
@@ -33,7 +34,7 @@ import re
 from typing import NamedTuple, Optional
 
 SIMULATED = ("rule", "quirk", "op list", "pytorch", "opt-in", "no")
-FIXES = ("kernel", "rewrite", "spec", "command", "none", "cannot", "not in 0.2.5")
+FIXES = ("kernel", "rewrite", "spec", "start-up", "command", "none", "cannot", "not in 0.2.5")
 
 _FALLBACK = (
     "The operator '{op}' is not currently supported on the DML backend and will fall back to "
@@ -627,7 +628,7 @@ FAILURES: tuple[Failure, ...] = (
         "pytorch",
         "PyTorch's autograd engine sizes its per-device queues at the first backward pass; the "
         "simulated device registers itself as torch-directml does",
-        "rewrite",
+        "start-up",
         "the runner registers the device when torch is imported; an activated process "
         "(dmlpatch.startup.first_backward) before its first backward pass",
     ),
@@ -765,7 +766,9 @@ def summary() -> str:
         failure.simulated in ("rule", "quirk", "op list", "pytorch") for failure in FAILURES
     )
     on_request = sum(failure.simulated == "opt-in" for failure in FAILURES)
-    fixed = sum(failure.fix in ("kernel", "rewrite", "spec", "command") for failure in FAILURES)
+    fixed = sum(
+        failure.fix in ("kernel", "rewrite", "spec", "start-up", "command") for failure in FAILURES
+    )
     earlier = sum(failure.fix == "not in 0.2.5" for failure in FAILURES)
     return (
         f"{len(FAILURES)} known torch-directml failures: {by_default} reproduced by the "
