@@ -11,7 +11,8 @@ over uint8.
   for (the CPU's answer: uint8 results wrap the same way).
 
 Every other call goes to DirectML's own kernel, through the ``.out`` variant it registers
-(``mul.out``, ``sum.IntList_out``), so only the calls DirectML gets wrong change path. That
+(``mul.out``, ``sum.IntList_out``) with an output of the final size, so only the calls DirectML
+gets wrong change path. That
 still costs a Python call on every multiplication and sum on the device: ``benchmarks/ops.py``
 measures it.
 """
@@ -32,16 +33,26 @@ def _mul(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tenso
     # A Python number (x * 2 reaches mul.Tensor as a wrapped number) arrives as itself; either
     # operand may be a CPU scalar tensor (a scheduler's beta ** 0.5 times a device tensor).
     if isinstance(other, torch.Tensor):
-        on_device = self if self.device.type != "cpu" else other
-        if other.dtype is self.dtype:
-            return torch.ops.aten.mul.out(self, other, out=on_device.new_empty(0))
-        if other.dtype is _BOOL:
+        if other.dtype is _BOOL and self.dtype is not _BOOL:
             record("fixed", "aten::mul.out")
             other = other.to(torch.result_type(self, other))
+        dtype = self.dtype if other.dtype is self.dtype else torch.result_type(self, other)
+        out = _output(self, other, dtype)
     else:
-        on_device = self
-    dtype = torch.result_type(self, other)
-    return torch.ops.aten.mul.out(self, other, out=on_device.new_empty(0, dtype=dtype))
+        out = torch.empty_like(self, dtype=torch.result_type(self, other))
+    return torch.ops.aten.mul.out(self, other, out=out)
+
+
+def _output(self: torch.Tensor, other: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The product's tensor, sized as PyTorch would (an ``out=`` tensor DirectML need not
+    resize), in the layout of the operand it has the shape of (channels_last stays so)."""
+    device = (self if self.device.type != "cpu" else other).device
+    shape = self.shape if self.shape == other.shape else None
+    shape = shape or torch.broadcast_shapes(self.shape, other.shape)
+    for operand in (self, other):
+        if operand.shape == shape:
+            return torch.empty_like(operand, dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _mul_(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:
@@ -61,14 +72,23 @@ def _sum(
     if self.dtype is torch.uint8:
         record("fixed", "aten::sum.IntList_out")
         wide = self.to(torch.int64)
-        total = torch.ops.aten.sum.IntList_out(wide, dim, keepdim, out=wide.new_empty(0))
+        out = wide.new_empty(_reduced(self, dim, keepdim))
+        total = torch.ops.aten.sum.IntList_out(wide, dim, keepdim, out=out)
         return total if dtype in (None, torch.int64) else total.to(dtype)
     if dtype is None:
         exact = self.is_floating_point() or self.is_complex()
         dtype = self.dtype if exact else torch.int64
-    return torch.ops.aten.sum.IntList_out(
-        self, dim, keepdim, dtype=dtype, out=self.new_empty(0, dtype=dtype)
-    )
+    out = self.new_empty(_reduced(self, dim, keepdim), dtype=dtype)
+    return torch.ops.aten.sum.IntList_out(self, dim, keepdim, dtype=dtype, out=out)
+
+
+def _reduced(self: torch.Tensor, dim: Optional[list[int]], keepdim: bool) -> list[int]:
+    """The shape of a sum over ``dim`` (every dimension when it is None or empty)."""
+    rank = self.dim()
+    dims = range(rank) if not dim else {d % max(rank, 1) for d in dim}
+    if keepdim:
+        return [1 if d in dims else size for d, size in enumerate(self.shape)]
+    return [size for d, size in enumerate(self.shape) if d not in dims]
 
 
 KERNELS = (

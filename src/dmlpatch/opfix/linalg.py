@@ -13,13 +13,15 @@ substitutes with them here too.
 The trade: a fixed call launches about three small kernels per row (``benchmarks/ops.py``:
 on the simulator, whose kernels are the CPU's, 64 4x4 inverses take longer fixed than through
 the fallback); the fallback makes two copies and drains the GPU's queue. Only systems up to
-:data:`LARGEST` rows are fixed; larger ones go to DirectML's own path (the ``.out`` variants,
-through the CPU), as do ``left=False``, ``check_errors=True`` and dtypes other than float32 and
-float64. ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all of them
+:data:`LARGEST` rows are fixed; larger ones go through the CPU as DirectML's fallback would
+(counted as fallbacks), as do ``left=False``, ``check_errors=True`` and dtypes other than
+float32 and float64. ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all of them
 there. ``svd``, ``eigh``, ``qr``, ``det`` are not covered.
 """
 
 from __future__ import annotations
+
+from typing import Any, Callable
 
 import torch
 
@@ -97,6 +99,21 @@ def _substitute(
     return x
 
 
+def _through_the_cpu(
+    name: str, op: Callable[..., Any], tensors: tuple[torch.Tensor, ...], **options: Any
+) -> Any:
+    """What DirectML's fallback does, done here: the operator on the CPU, its results back.
+    (Its ``.out`` variant would go through DirectML's fallback, which loses the resize of an
+    ``out=`` tensor: microsoft/DirectML#431.)"""
+    device = tensors[0].device
+    results = op(*(t.cpu() for t in tensors), **options)
+    many = isinstance(results, tuple)
+    back = tuple(r.to(device) for r in results) if many else results.to(device)
+    moved = [*tensors, *(results if many else (results,))]
+    record("fallback", name, len(moved), sum(t.numel() * t.element_size() for t in moved))
+    return back
+
+
 def _solve(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``(X, LU, pivots, info)`` for ``A X = B`` with B a batch of matrices; LU is A's."""
     lu, pivots, info = _factor(a)
@@ -115,8 +132,12 @@ def _lu_solve(
     adjoint: bool = False,
 ) -> torch.Tensor:
     if not left or not _small(lu) or b.dtype != lu.dtype or b.dim() < 2:
-        return torch.ops.aten.linalg_lu_solve.out(
-            lu, pivots, b, left=left, adjoint=adjoint, out=b.new_empty(0)
+        return _through_the_cpu(
+            "aten::linalg_lu_solve.out",
+            torch.ops.aten.linalg_lu_solve,
+            (lu, pivots, b),
+            left=left,
+            adjoint=adjoint,
         )
     record("fixed", "aten::linalg_lu_solve.out")
     batch = torch.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
@@ -128,11 +149,11 @@ def _lu_solve(
 
 def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     if check_errors or not _small(a):
-        return torch.ops.aten.linalg_inv_ex.inverse(
-            a,
+        return _through_the_cpu(
+            "aten::linalg_inv_ex.inverse",
+            torch.ops.aten.linalg_inv_ex,
+            (a,),
             check_errors=check_errors,
-            inverse=a.new_empty(0),
-            info=a.new_empty(0, dtype=torch.int32),
         )
     record("fixed", "aten::linalg_inv_ex.inverse")
     n = a.shape[-1]
@@ -146,15 +167,12 @@ def _solve_ex(
     a: torch.Tensor, b: torch.Tensor, *, left: bool = True, check_errors: bool = False
 ) -> tuple[torch.Tensor, ...]:
     if check_errors or not left or not _small(a) or b.dtype != a.dtype:
-        return torch.ops.aten._linalg_solve_ex.result(
-            a,
-            b,
+        return _through_the_cpu(
+            "aten::_linalg_solve_ex.result",
+            torch.ops.aten._linalg_solve_ex,
+            (a, b),
             left=left,
             check_errors=check_errors,
-            result=a.new_empty(0),
-            LU=a.new_empty(0),
-            pivots=a.new_empty(0, dtype=torch.int32),
-            info=a.new_empty(0, dtype=torch.int32),
         )
     record("fixed", "aten::_linalg_solve_ex.result")
     # PyTorch's rule: B is a batch of vectors when it has one dimension fewer than A.

@@ -173,7 +173,7 @@ def _nll_loss_backward(
             reduction,
             ignore_index,
             total_weight,
-            grad_input=self.new_empty(0),
+            grad_input=torch.empty_like(self),
         )
     record("fixed", "aten::nll_loss_backward.grad_input")
     rows = self if self.dim() == 2 else self.unsqueeze(0)

@@ -323,3 +323,19 @@ def test_every_sum_equals_the_cpu(
         expected = _outcome(lambda: t.sum(dim, keepdim, **options))
         got = _outcome(lambda: t.to(dev).sum(dim, keepdim, **options))
     assert got == expected
+
+
+def test_products_and_sums_keep_the_layout(dev: torch.device) -> None:
+    """The fixes give DirectML's kernels outputs of their final size; a channels_last product
+    is channels_last, as PyTorch's own kernel makes it."""
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    for got, expected in (
+        (x.to(dev) * x.to(dev), x * x),
+        (x.to(dev) * 2, x * 2),
+        (torch.tensor(2.0) * x.to(dev), torch.tensor(2.0) * x),
+        (x.to(dev) * torch.ones(5).to(dev), x * torch.ones(5)),
+        (x.to(dev).sum((1, 3), keepdim=True), x.sum((1, 3), keepdim=True)),
+        (x.to(dev).sum(-1), x.sum(-1)),
+    ):
+        assert got.shape == expected.shape and got.stride() == expected.stride()
+        assert torch.allclose(got.cpu(), expected)
