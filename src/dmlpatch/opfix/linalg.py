@@ -15,8 +15,8 @@ on the simulator, whose kernels are the CPU's, 64 4x4 inverses take longer fixed
 the fallback); the fallback makes two copies and drains the GPU's queue. Only systems up to
 :data:`LARGEST` rows are fixed; larger ones go through the CPU as DirectML's fallback would
 (counted as fallbacks), as do ``left=False``, ``check_errors=True`` and dtypes other than
-float32 and float64. ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all of them
-there. ``svd``, ``eigh``, ``qr``, ``det`` are not covered.
+float32 and float64; ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all
+of them there. ``svd``, ``eigh``, ``qr``, ``det`` are not covered.
 """
 
 from __future__ import annotations
