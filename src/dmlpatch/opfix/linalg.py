@@ -117,10 +117,18 @@ def _through_the_cpu(
 def _solve(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``(X, LU, pivots, info)`` for ``A X = B`` with B a batch of matrices; LU is A's."""
     lu, pivots, info = _factor(a)
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    n, k = a.shape[-1], b.shape[-1]
-    x = _substitute(lu.expand(*batch, n, n), pivots.expand(*batch, n), b.expand(*batch, n, k))
-    return x, lu, pivots, info
+    return _substitute_broadcast(lu, pivots, b), lu, pivots, info
+
+
+def _substitute_broadcast(
+    lu: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, adjoint: bool = False
+) -> torch.Tensor:
+    """:func:`_substitute` over the broadcast batch of the factors and B."""
+    batch = torch.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    n, k = lu.shape[-1], b.shape[-1]
+    return _substitute(
+        lu.expand(*batch, n, n), pivots.expand(*batch, n), b.expand(*batch, n, k), adjoint
+    )
 
 
 def _lu_solve(
@@ -140,11 +148,7 @@ def _lu_solve(
             adjoint=adjoint,
         )
     record("fixed", "aten::linalg_lu_solve.out")
-    batch = torch.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
-    n, k = lu.shape[-1], b.shape[-1]
-    return _substitute(
-        lu.expand(*batch, n, n), pivots.expand(*batch, n), b.expand(*batch, n, k), adjoint
-    )
+    return _substitute_broadcast(lu, pivots, b, adjoint)
 
 
 def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,8 +181,28 @@ def _solve_ex(
     record("fixed", "aten::_linalg_solve_ex.result")
     # PyTorch's rule: B is a batch of vectors when it has one dimension fewer than A.
     vectors = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
-    x, lu, pivots, info = _solve(a, b.unsqueeze(-1) if vectors else b)
+    matrices = b.unsqueeze(-1) if vectors else b
+    if a.is_contiguous() and _factors_the_transpose():
+        # torch 2.4 factors a row-major A as A^T and solves with the adjoint; its backward
+        # reads LU that way, so the factors returned must be A^T's.
+        lu, pivots, info = _factor(a.mT)
+        x = _substitute_broadcast(lu, pivots, matrices, adjoint=True)
+    else:
+        x, lu, pivots, info = _solve(a, matrices)
     return (x.squeeze(-1) if vectors else x), lu, pivots, info
+
+
+_TRANSPOSED: list[bool] = []
+
+
+def _factors_the_transpose() -> bool:
+    """Whether this torch's ``_linalg_solve_ex`` returns the LU of A^T for a row-major A
+    (torch 2.4 does, to save a copy; later releases return A's); asked once, on the CPU."""
+    if not _TRANSPOSED:
+        a = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+        lu = torch.ops.aten._linalg_solve_ex(a, torch.ones(2, 1))[1]
+        _TRANSPOSED.append(not torch.allclose(lu, torch.linalg.lu_factor(a)[0]))
+    return _TRANSPOSED[0]
 
 
 KERNELS = (
