@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.e2e.opfix.helpers import no_copies, without_fixes
+from tests.e2e.opfix.helpers import close, no_copies, without_fixes
 
 import dmlpatch.sim as sim
 
@@ -289,20 +289,6 @@ def _as_tuple(result: Any) -> tuple[torch.Tensor, ...]:
     return result if isinstance(result, tuple) else (result,)
 
 
-def _equal(got: torch.Tensor, expected: torch.Tensor) -> bool:
-    got = got.cpu()
-    if got.dtype != expected.dtype or got.shape != expected.shape:
-        return False
-    if got.is_floating_point():
-        # A sum of terms (grid_sample's grid gradient) is rounded at the terms' size, not the
-        # result's: 32 roundings of the largest value, as well as 1e-5 of each.
-        finite = expected[expected.isfinite()].abs()
-        largest = max(1.0, float(finite.max())) if finite.numel() else 1.0
-        roundings = 32 * torch.finfo(expected.dtype).eps * largest
-        return torch.allclose(got, expected, rtol=1e-5, atol=roundings, equal_nan=True)
-    return torch.equal(got, expected)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixed_on_device_equal_to_cpu_without_copies(dev: torch.device, name: str) -> None:
     function, inputs, op = CASES[name]
@@ -317,7 +303,7 @@ def test_fixed_on_device_equal_to_cpu_without_copies(dev: torch.device, name: st
     assert len(got) == len(expected)
     for device_result, cpu_result in zip(got, expected):
         assert device_result.device == dev
-        assert _equal(device_result, cpu_result), (device_result.cpu(), cpu_result)
+        assert close(device_result, cpu_result), (device_result.cpu(), cpu_result)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -384,4 +370,4 @@ def test_unfixed_failures_still_fall_back_and_stay_correct(dev: torch.device, na
         got = _as_tuple(function(*[x.to(dev) for x in inputs]))
     assert op in sim.counters()["ops"]["fallback"], sim.counters()["ops"]
     for device_result, cpu_result in zip(got, expected):
-        assert _equal(device_result, cpu_result)
+        assert close(device_result, cpu_result)
