@@ -424,13 +424,14 @@ class Sandbox:
 @pytest.fixture
 def sandbox() -> Iterator[Sandbox]:
     """Outside pytest's private (0700) temporary root, so that user nobody can reach it; the
-    empty directories are world-writable, so that a stray write as nobody would show too."""
+    empty directories are world-writable, so that a stray write as nobody would show too. The
+    cache is private to whoever runs the case (dmlpatch uses no cache others could write)."""
     root = Path(tempfile.mkdtemp(prefix="bad-input-"))
     root.chmod(0o755)
     box = Sandbox(root, *(root / name for name in ("work", "home", "xdg", "cache", "inputs")))
     for directory in (box.work, box.home, box.xdg, box.cache):
         directory.mkdir()
-        directory.chmod(0o777)
+        directory.chmod(0o700 if directory == box.cache else 0o777)
     _prepare_inputs(box.inputs)
     try:
         yield box
@@ -468,6 +469,10 @@ def _run(case: Case, box: Sandbox, request: pytest.FixtureRequest, **extra: str)
         # The suite runs as root with setpriv (CI included), as tests/e2e/test_activation.py does.
         assert _can_drop_privileges(), "dropping to user nobody needs root and setpriv"
         prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(box.cache, nobody.pw_uid, nobody.pw_gid)
     env = clean_env(
         HOME=str(box.home), XDG_CACHE_HOME=str(box.xdg), DMLPATCH_CACHE_DIR=str(box.cache)
     )

@@ -20,6 +20,9 @@ from dmlpatch._version import __version__
 from dmlpatch.rewriting import bytecode_cache, hook
 from dmlpatch.rewriting import sites as rewrite
 
+#: A source hash where the test does not validate by hash.
+NO_HASH = bytes(8)
+
 SOURCE = """
     def move(x):
         return x.to('cuda')
@@ -132,9 +135,10 @@ def test_a_touched_source_of_the_same_size_is_rewritten_again(box: Sandbox) -> N
         pytest.param(lambda data: b"garbage" * 10, id="garbage"),
         pytest.param(lambda data: data[: len(data) // 2], id="truncated"),
         pytest.param(lambda data: data[:30], id="truncated-payload"),
-        pytest.param(lambda data: data[:24] + b"\xff" * 40, id="bad-marshal"),
+        pytest.param(lambda data: data[:32] + b"\xff" * 40, id="bad-marshal"),
         pytest.param(lambda data: b"\0\0\0\0" + data[4:], id="other-python"),
         pytest.param(lambda data: data[:8] + bytes(16) + data[24:], id="other-source"),
+        pytest.param(lambda data: data[:4] + b"dml1" + data[8:], id="older-format"),
     ],
 )
 def test_a_damaged_cache_file_is_rebuilt(box: Sandbox, damage) -> None:
@@ -153,11 +157,18 @@ def test_foreign_payloads_are_misses(tmp_path: Path) -> None:
     stamp = bytecode_cache.stamp(str(source))
     cached = tmp_path / "m.pyc"
     code = compile("x = 1\n", str(source), "exec")
-    header = importlib.util.MAGIC_NUMBER + b"dml1" + bytes(16)
-    for payload in [(1, 2), ((("a",),), code), ((), "not code"), [((), code)]]:
-        assert bytecode_cache.write(str(cached), stamp, code, [])
+    header = importlib.util.MAGIC_NUMBER + b"dml2" + bytes(24)
+    for payload in [
+        (1, 2),
+        ((("a",),), code),
+        ((), "not code"),
+        [((), code)],
+        (((1, 2, 3),), code),
+        ((("1", 2, "kind", "text"),), code),
+    ]:
+        assert bytecode_cache.write(str(cached), stamp, NO_HASH, code, [])
         data = cached.read_bytes()
-        cached.write_bytes(data[:24] + marshal.dumps(payload))
+        cached.write_bytes(data[:32] + marshal.dumps(payload))
         assert bytecode_cache.read(str(cached), str(source), stamp) is None, payload
     cached.write_bytes(header)
     assert bytecode_cache.read(str(cached), str(source), stamp) is None
@@ -187,7 +198,7 @@ def test_an_unwritable_cache_location_falls_back_to_no_caching(
     cached = cache_file(path)
     assert str(cached).startswith(str(blocker))
     assert not bytecode_cache.write(
-        str(cached), bytecode_cache.stamp(str(path)), compile("", "", "exec"), []
+        str(cached), bytecode_cache.stamp(str(path)), NO_HASH, compile("", "", "exec"), []
     )
     assert "__dmlpatch__" in vars(box.load("mod"))
     assert "__dmlpatch__" in vars(reload(box))
@@ -401,7 +412,7 @@ def test_write_is_atomic_for_readers(tmp_path: Path) -> None:
     cached = tmp_path / "__pycache__" / "m.pyc"
     big = compile("x = [" + ", ".join(str(i) for i in range(20000)) + "]\n", str(source), "exec")
     small = compile("x = 1\n", str(source), "exec")
-    assert bytecode_cache.write(str(cached), stamp, small, [])
+    assert bytecode_cache.write(str(cached), stamp, NO_HASH, small, [])
     reader = subprocess.Popen(
         [
             sys.executable,
@@ -419,5 +430,5 @@ def test_write_is_atomic_for_readers(tmp_path: Path) -> None:
     )
     while reader.poll() is None:
         for code in (big, small):
-            assert bytecode_cache.write(str(cached), stamp, code, [])
+            assert bytecode_cache.write(str(cached), stamp, NO_HASH, code, [])
     assert reader.returncode == 0, reader.stderr.read().decode() if reader.stderr else ""

@@ -267,21 +267,34 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname: str) -> types.CodeType:
         # Imported here, not at the top: the .pth bootstrap imports this module in every
         # process, and only processes that load a target need the rewriter and the cache.
-        from dmlpatch.rewriting import bytecode_cache
+        from dmlpatch.rewriting import bytecode_cache, freshness
 
         source_path = self.get_filename(fullname)
         target = self.target
-        stamp = bytecode_cache.stamp(source_path)
+        status = os.stat(source_path)
+        stamp = (status.st_mtime_ns, status.st_size)
         cache_path = bytecode_cache.location(
             source_path, bytecode_cache.tag(target.fingerprint, target.expect_sites, target.runtime)
         )
-        hit = bytecode_cache.read(cache_path, source_path, stamp) if cache_path else None
+        source: Optional[bytes] = None
+        checked_hash: Optional[bytes] = None
+        if cache_path is not None and freshness.checks_hash(source_path):
+            source = self.get_data(source_path)
+            checked_hash = freshness.source_hash(source)
+        hit = (
+            bytecode_cache.read(cache_path, source_path, stamp, checked_hash, status.st_uid)
+            if cache_path is not None
+            else None
+        )
         if hit is not None:
             code, sites = hit
         else:
-            code, sites = self._rewrite_and_compile(self.get_data(source_path), source_path)
+            if source is None:
+                source = self.get_data(source_path)
+            code, sites = self._rewrite_and_compile(source, source_path)
             if cache_path is not None and not sys.dont_write_bytecode:
-                bytecode_cache.write(cache_path, stamp, code, sites)
+                source_hash = checked_hash or freshness.source_hash(source)
+                bytecode_cache.write(cache_path, stamp, source_hash, code, sites, status.st_mode)
         _account(target, sites, cached=hit is not None)
         _rewritten.add(fullname)
         return code
