@@ -64,7 +64,7 @@ class Row(NamedTuple):
 
 class Outcome(NamedTuple):
     exit_code: int
-    status: str  # runs | fails | diverges | error
+    status: str  # runs | fails | diverges | error | cpu | interrupted
     verdict: str
 
 
@@ -152,7 +152,7 @@ def main(arguments: list[str]) -> int:
 
 def _check(options: Any, chosen: _Options) -> int:
     from dmlpatch.devices import resolution
-    from dmlpatch.startup import runner
+    from dmlpatch.startup import launch, runner
 
     selected = resolution.current()
     backend = selected.backend
@@ -187,16 +187,22 @@ def _check(options: Any, chosen: _Options) -> int:
     from dmlpatch.placement import summary
 
     compute = summary.compute(placement.ledger, selected.device, selected.type)
-    if error is not None and not isinstance(error, KeyboardInterrupt):
+    if error is not None:
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
         trimmed = runner.program_traceback(error, program_file or main_file)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
     divergence = shadow.divergence if shadow is not None else None
     outcome = judge(rows, counters, error, program_code, divergence, compute)
     _print(rows, outcome, backend, profile, divergence, counters, compute)
-    if chosen.json and not _write_json(
+    written = not chosen.json or _write_json(
         chosen.json, rows, outcome, backend, profile, counters, divergence, compute
-    ):
+    )
+    if isinstance(error, KeyboardInterrupt):
+        # Interrupted: the table shows what ran until then, and the process ends by SIGINT as
+        # python's does (130 in a shell); its traceback is printed already.
+        sys.excepthook = launch.printed_already
+        raise error
+    if not written:
         return UsageError.exit_code  # what was asked for is missing: a CI must not read on
     return outcome.exit_code
 
@@ -321,6 +327,13 @@ def judge(
             1,
             "diverges",
             f"diverges from the CPU: {divergence.op}{at} ({divergence.detail})",
+        )
+    if isinstance(error, KeyboardInterrupt):
+        return Outcome(
+            130,
+            "interrupted",
+            "interrupted (Ctrl-C) before the program finished: the table "
+            "covers what ran until then",
         )
     if error is not None:
         message = str(error).splitlines()[0] if str(error) else ""

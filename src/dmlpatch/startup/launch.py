@@ -173,6 +173,9 @@ def run_program(options: Options, console_script: bool) -> int:
     if console_script:
         runner.find_console_script(options.rest[0])
     elif options.module is not None:
+        # python -m looks in the working directory first; the dmlpatch console script's
+        # sys.path[0] is its own bin directory until run_module sets it.
+        sys.path[0] = os.getcwd()
         runner.check_module(options.module)
     else:
         runner.check_path(options.rest[0])
@@ -209,11 +212,11 @@ def run_program(options: Options, console_script: bool) -> int:
             # Python ends an interrupted program by SIGINT (130 in a shell; Windows' own code
             # there) once it has shut down: the interpreter does that for an uncaught
             # KeyboardInterrupt, so it gets this one, without printing it a second time.
-            sys.excepthook = _printed_already
+            sys.excepthook = printed_already
             raise
         return 1
     return 0
 
 
-def _printed_already(*exc_info: object) -> None:
+def printed_already(*exc_info: object) -> None:
     """The excepthook for the KeyboardInterrupt whose trimmed traceback was printed."""
