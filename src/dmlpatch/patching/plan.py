@@ -101,7 +101,20 @@ def build() -> dict[str, Any]:
     leaves: list[tuple[Any, ...]] = []
     warnings: list[tuple[Any, ...]] = []
     inputs: list[str] = [entry or "." for entry in sys.path]
-    for spec in specs.load_all():
+    loaded = specs.load_all()
+    replaced = specs.replaced()
+    for spec in loaded:
+        if spec.name in replaced:
+            # A local fix for a stale spec, or anything else: its fixes run as dmlpatch's own.
+            warnings.append(
+                SpecWarning(
+                    key=f"replaced:{spec.name}",
+                    message=specs.describe_local(spec, replaced[spec.name]),
+                    spec=spec.name,
+                    reason=f"replaced by DMLPATCH_PATCHES ({spec.origin})",
+                )
+            )
+    for spec in loaded:
         inputs.append(spec.origin)
         installed = version_of(spec.distribution)
         if installed is None:
