@@ -143,7 +143,8 @@ def _group_is_private(gid: int) -> bool:
 
 def make_directory(path: str) -> Optional[str]:
     """Create ``path`` (and missing parents) private, or make an existing one of ours private
-    again; then why it cannot be trusted, or None. Raises ``OSError`` when it cannot be made."""
+    again; then why it cannot be trusted, or None (and nothing made where an ancestor cannot be
+    trusted). Raises ``OSError`` when it cannot be made."""
     missing = []
     current = os.path.abspath(path)
     while not os.path.isdir(current):
@@ -152,6 +153,10 @@ def make_directory(path: str) -> Optional[str]:
         if parent == current:
             break
         current = parent
+    if missing:
+        problem = directory_problem(current)  # nothing is made where it would not be used
+        if problem is not None:
+            return problem
     for directory in reversed(missing):
         try:
             os.mkdir(directory, PRIVATE_DIRECTORY)

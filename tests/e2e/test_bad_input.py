@@ -64,6 +64,13 @@ CASES = [
     Case("device-trailing-comma", ("--device", "dml:x,", OK), 2, r"listed by index, e\.g\. dml:0"),
     Case("device-negative-index", ("--device", "sim:-1", OK), 2, r"sim takes an adapter index"),
     Case("device-cuda-name", ("--device", "cuda:abc", OK), 2, r"cuda takes an adapter index"),
+    Case(
+        "device-privateuseone-name",
+        ("--device", "privateuseone:x", OK),
+        2,
+        r"^dmlpatch: error: device spec 'privateuseone:x': privateuseone takes an adapter index "
+        r"such as privateuseone:0 \(only dml takes an adapter name\)$",
+    ),
     Case("device-no-value", ("--device",), 2, r"--device needs a value"),
     Case("device-env-unknown", (OK,), 2, r"unknown device spec 'gpu'", {"DMLPATCH_DEVICE": "gpu"}),
     Case("device-dml-missing", ("--device", "dml", OK), 2, r"torch-directml is not installed"),

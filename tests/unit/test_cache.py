@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import _imp
 import importlib.util
 import json
 import marshal
 import os
+import py_compile
 import subprocess
 import sys
 import textwrap
@@ -432,3 +434,57 @@ def test_write_is_atomic_for_readers(tmp_path: Path) -> None:
         for code in (big, small):
             assert bytecode_cache.write(str(cached), stamp, NO_HASH, code, [])
     assert reader.returncode == 0, reader.stderr.read().decode() if reader.stderr else ""
+
+
+def _same_size_edit_keeping_mtime(path: Path, text: str) -> None:
+    before = path.stat()
+    path.write_text(text, encoding="utf-8")
+    assert path.stat().st_size == before.st_size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    ("mode", "check", "noticed"),
+    [
+        # python checks a checked-hash pyc's source hash: an edit keeping size and time shows
+        (py_compile.PycInvalidationMode.CHECKED_HASH, "default", True),
+        # --check-hash-based-pycs always: every hash-based pyc is checked
+        (py_compile.PycInvalidationMode.UNCHECKED_HASH, "always", True),
+        # unchecked, or timestamp-based: python trusts the stamp, and so does the cache
+        (py_compile.PycInvalidationMode.UNCHECKED_HASH, "default", False),
+        (py_compile.PycInvalidationMode.TIMESTAMP, "always", False),
+        (py_compile.PycInvalidationMode.CHECKED_HASH, "never", False),
+    ],
+    ids=["checked-hash", "unchecked-always", "unchecked", "timestamp", "never"],
+)
+def test_the_cache_is_invalidated_as_python_invalidates_the_source_pyc(
+    box: Sandbox,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: py_compile.PycInvalidationMode,
+    check: str,
+    noticed: bool,
+) -> None:
+    """An edit that keeps the source's size and mtime: the rewritten module is what python
+    would run, given the mode of the module's own pyc and --check-hash-based-pycs."""
+    monkeypatch.setattr(_imp, "check_hash_based_pycs", check)
+    path = make(box, answer=1)
+    py_compile.compile(
+        str(path), cfile=importlib.util.cache_from_source(str(path)), invalidation_mode=mode
+    )
+    assert box.load("mod").ANSWER == 1
+    _same_size_edit_keeping_mtime(path, textwrap.dedent(SOURCE.format(answer=2)).lstrip("\n"))
+    answer = reload(box).ANSWER
+    assert answer == (2 if noticed else 1)
+    assert [entry["cached"] for entry in box.rewrites()] == [False, not noticed]
+
+
+def test_a_cache_file_another_user_could_write_is_a_miss(box: Sandbox) -> None:
+    path = make(box)
+    box.load("mod")
+    cached = cache_file(path)
+    assert cached.stat().st_mode & 0o777 == 0o644  # readable as the source is, ours to write
+    cached.chmod(0o666)
+    assert bytecode_cache.read(str(cached), str(path), bytecode_cache.stamp(str(path))) is None
+    assert "__dmlpatch__" in vars(reload(box))
+    assert [entry["cached"] for entry in box.rewrites()] == [False, False]
+    assert cached.stat().st_mode & 0o777 == 0o644  # written anew

@@ -216,13 +216,11 @@ def _deactivate(arguments: list[str]) -> int:
         "made (a\npin made by dmlpatch pin stays until dmlpatch unpin).",
     )
     _parse(parser, arguments, _takes_only("deactivate", ""))
-    removed = activation.deactivate()
-    if removed is None:
-        log.say(
-            f"not activated in this environment ({activation.pth_path()} absent); nothing to do"
-        )
+    done = activation.deactivate()
+    if done is None:
+        log.say(f"not activated in this environment ({activation.absence()}); nothing to do")
     else:
-        log.say(f"deactivated: removed {removed}")
+        log.say(f"deactivated: {done}")
     lifted = pinning.unpin(origin="activate")  # what activate --pin did
     if lifted is not None:
         log.say(lifted.message)
@@ -262,7 +260,7 @@ def _status(arguments: list[str]) -> int:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return 0
     if device is None:
-        sys.stdout.write(f"dmlpatch {__version__}: not activated ({data['pth']} absent)\n")
+        sys.stdout.write(f"dmlpatch {__version__}: not activated ({activation.absence()})\n")
     elif stale is not None:
         sys.stdout.write(
             f"dmlpatch {__version__}: not active: {data['pth']} {stale}; run dmlpatch activate "

@@ -260,7 +260,7 @@ def _activation() -> Check:
     where = activation.pth_path()
     if device is None:
         return Check(
-            "activation", OK, f"not activated ({where} absent)", details={"pth": str(where)}
+            "activation", OK, f"not activated ({activation.absence()})", details={"pth": str(where)}
         )
     stale = activation.stale()
     if stale is not None:

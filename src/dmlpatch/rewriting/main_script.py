@@ -17,7 +17,8 @@ with the program's own exit status, so the original code never runs a line:
   own CUDA sites stay as written.
 
 An uncaught exception prints the program's traceback without dmlpatch's frames and exits 1, as
-python does; ``SystemExit`` and ``KeyboardInterrupt`` pass through.
+python does; ``SystemExit`` passes through, and ``KeyboardInterrupt`` ends the process by SIGINT
+after the program's own traceback.
 """
 
 from __future__ import annotations
@@ -106,11 +107,18 @@ def _run_instead(namespace: dict[str, Any], source: bytes, path: str) -> None:
         spawn_main.remember_path(path)
     try:
         exec(code, namespace)
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:
         raise
     except BaseException as error:
         trimmed = runner.program_traceback(error, path)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+        if isinstance(error, KeyboardInterrupt):
+            # Python ends an interrupted program by SIGINT once it has shut down; it does so
+            # for this one, whose traceback (the program's frames only) is printed already.
+            from dmlpatch.startup import launch
+
+            sys.excepthook = launch.printed_already
+            raise
         raise SystemExit(1) from None
     raise SystemExit(0)
 

@@ -63,23 +63,30 @@ def activate(device: str = "auto") -> tuple[Path, bool]:
     return path, True
 
 
-def deactivate() -> Optional[Path]:
+def deactivate() -> Optional[str]:
     """Take our line out of the ``.pth`` (the file goes with it when nothing else is in it);
-    returns its path, or None when there was no line of ours."""
+    returns what was done, in words, or None when there was no line of ours."""
     path = pth_path()
     ours, others = _read()
     if ours is None:
         return None
     if any(text.strip() for text in others):
         _write_atomically(path, "".join(others))
-        return path
+        return f"took dmlpatch's line out of {path} (its other lines stay)"
     try:
         path.unlink()
     except FileNotFoundError:
         return None
     except OSError as error:
         raise DmlpatchError(f"cannot remove {path}: {error.strerror}") from None
-    return path
+    return f"removed {path}"
+
+
+def absence() -> str:
+    """Why this environment is not activated, in a few words: the ``.pth`` is absent, or holds
+    no line of dmlpatch's."""
+    path = pth_path()
+    return f"no line of dmlpatch's in {path}" if path.exists() else f"{path} absent"
 
 
 def configured_device() -> Optional[str]:
