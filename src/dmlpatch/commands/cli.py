@@ -5,10 +5,11 @@ python -m dmlpatch [options] -m module [args...]
 dmlpatch run [options] COMMAND [args...]
 dmlpatch check | activate | deactivate | status | doctor | list | scan | pin | unpin
 
-Running a program (a script, ``-m module``, ``run``) reads dmlpatch's options by hand up to the
-program, because everything after it is the program's (:mod:`dmlpatch.startup.launch`). The
-other commands are argparse subcommands, built only when they are asked for: the runner's
-start-up does not pay for argparse.
+Running a program (a script, ``-m module``, ``run``, ``check``) reads dmlpatch's options up to
+the program with one table-driven parser, because everything after it is the program's
+(:mod:`dmlpatch.startup.launch`); ``--help`` may come anywhere among them. The other commands
+are argparse subcommands, built only when they are asked for: the runner's start-up does not
+pay for argparse.
 """
 
 from __future__ import annotations
@@ -102,14 +103,17 @@ def _dispatch(arguments: list[str]) -> int:
 
         return check.main(arguments[1:])
     if command == "run":
-        if arguments[1:2] in (["-h"], ["--help"]):
+        options = launch.parse_options(arguments[1:], allow_module=False, command="dmlpatch run")
+        if options.help:
             sys.stdout.write(RUN_USAGE)
             return 0
-        options = launch.parse_options(arguments[1:], allow_module=False)
         if not options.rest:
             raise UsageError("dmlpatch run needs a command, e.g. dmlpatch run yolo train ...")
         return launch.run_program(options, console_script=True)
     options = launch.parse_options(arguments)
+    if options.help:
+        sys.stdout.write(USAGE)
+        return 0
     if options.module is None and not options.rest:
         raise UsageError("no script given; usage: python -m dmlpatch [options] script.py [args...]")
     if options.module is None and _looks_like_command(options.rest[0]):

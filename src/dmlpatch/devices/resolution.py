@@ -187,6 +187,13 @@ def when_resolved(listener: Callable[[Resolution], None]) -> None:
             _listeners.append(listener)
 
 
+def forget_when_resolved(listener: Callable[[Resolution], None]) -> None:
+    """Undo :func:`when_resolved` for a resolution not made yet."""
+    with _lock:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+
 def resolved_or_none() -> Optional[Resolution]:
     return _current
 

@@ -97,6 +97,17 @@ def when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> 
             sys.meta_path.insert(0, _finder)
 
 
+def forget_when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> None:
+    """Undo :func:`when_imported` for a module not imported yet (one already imported has had
+    its call)."""
+    with _lock:
+        waiting = _watched.get(module, [])
+        if callback in waiting:
+            waiting.remove(callback)
+        if not waiting:
+            _watched.pop(module, None)
+
+
 def discover(discovery: Optional[Discovery], known_unneeded: Callable[[], bool]) -> None:
     """Rewrite modules in ``discovery``'s scope too (None: only targets)."""
     global _discovery, _known_unneeded

@@ -33,18 +33,19 @@ from dmlpatch.rewriting.hook import may_have_sites
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ast
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
 
-def arm_for_activation() -> None:
-    """Called at start-up: rewrite ``sys.argv[0]`` when it turns out to be the main script."""
+def arm_for_activation() -> Callable[[], None]:
+    """Called at start-up: rewrite ``sys.argv[0]`` when it turns out to be the main script.
+    Returns what disarms it (where the script has not started)."""
     argv = getattr(sys, "argv", None)
     if not argv or not argv[0].endswith(".py"):
-        return  # -c, -m (imported, so discovery's), the REPL, or a script without .py
+        return _nothing  # -c, -m (imported, so discovery's), the REPL, or no .py script
     path = os.path.abspath(argv[0])
     source = _read(path)
     if source is None or not may_have_sites(source):
-        return
+        return _nothing
     previous = sys.gettrace()
 
     def first_frame(frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -57,6 +58,16 @@ def arm_for_activation() -> None:
         return None
 
     sys.settrace(first_frame)
+
+    def disarm() -> None:
+        if sys.gettrace() is first_frame:
+            sys.settrace(previous)
+
+    return disarm
+
+
+def _nothing() -> None:
+    """Nothing was armed."""
 
 
 def take_over_from_auto() -> None:
