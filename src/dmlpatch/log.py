@@ -32,8 +32,13 @@ def info(message: str) -> None:
 
 def warn_once(key: str, message: str) -> None:
     """A warning said at most once per process for ``key``."""
+    say_once(key, f"warning: {message}")
+
+
+def say_once(key: str, message: str) -> None:
+    """A line said at most once per process for ``key``."""
     with _lock:
         if key in _said:
             return
         _said.add(key)
-    say(f"warning: {message}")
+    say(message)

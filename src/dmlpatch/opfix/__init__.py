@@ -29,8 +29,12 @@ indexing      ``repeat_interleave`` (tensor repeats), ``count_nonzero``, ``upsam
 foreach       ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor operators
 embedding     ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and backward
 dtypes        ``mul``/``mul_`` by a bool tensor (a bool result) and ``sum`` over uint8
-transfers     ``_to_copy`` to another adapter (zeros) through the host
+transfers     ``_to_copy`` to another adapter (zeros) through the host; bfloat16, complex and
+              float64 arriving on the device (:mod:`dmlpatch.opfix.dtype_policy`)
 linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve`` up to 8 rows (LU)
+spectral      ``_fft_r2c``/``_fft_c2c``/``_fft_c2r`` (every FFT and STFT), ``complex``,
+              ``polar``, ``view_as_complex``: complex tensors held as pairs of reals
+allocation    ``empty``/``full`` of bfloat16, complex or float64 on the device; ``torch.load``
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -86,6 +90,8 @@ FAMILIES = (
     "dtypes",
     "transfers",
     "linalg",
+    "spectral",
+    "allocation",
 )
 
 
@@ -121,11 +127,13 @@ def profile_for_release(version: Optional[str]) -> Optional[str]:
 
 class Gaps(NamedTuple):
     """What a profile lacks: operators with refusal rules, the overloads DirectML runs natively
-    (names without ``aten::``; everything else falls back to the CPU) and its wrong answers."""
+    (names without ``aten::``; everything else falls back to the CPU), its wrong answers and
+    the dtypes it cannot hold (c10 names: ``BFloat16``, ``ComplexFloat``, ``Double``...)."""
 
     refused: frozenset[str]
     native: frozenset[str]
     quirks: frozenset[str]
+    dtypes: frozenset[str] = frozenset()
 
 
 def gaps(profile: str) -> Gaps:
@@ -135,10 +143,11 @@ def gaps(profile: str) -> Gaps:
     chosen = profiles.resolve(profile)
     refused = profiles.refused_ops(profile)
     quirks = profiles.quirks(profile)
+    dtypes = frozenset(chosen.unsupported_dtypes)
     if not chosen.has_gaps:
-        return Gaps(refused, frozenset({"*"}), quirks)
+        return Gaps(refused, frozenset({"*"}), quirks, dtypes)
     native = frozenset(registered_ops.native_set(registered_ops.listed_ops(), None))
-    return Gaps(refused, native, quirks)
+    return Gaps(refused, native, quirks, dtypes)
 
 
 def kernels() -> list[Kernel]:
@@ -154,6 +163,10 @@ def kernels() -> list[Kernel]:
 
 def needed(kernel: Kernel, gaps: Gaps) -> bool:
     """Whether a profile has the gap ``kernel`` fixes."""
+    if kernel.quirk and kernel.quirk in gaps.quirks:
+        return True
+    if kernel.gap == "dtype":
+        return bool(gaps.dtypes)
     if kernel.gap == "refused":
         return kernel.op in gaps.refused
     if kernel.gap == "quirk":
@@ -189,6 +202,10 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         fixes: list[str] = []
         if profile is not None:
             missing = gaps(profile)
+            float64 = _float64_everywhere(backend)
+            if float64 is False:
+                missing = missing._replace(dtypes=missing.dtypes | {"Double"})
+            _configure_dtypes(missing, float64)
             for kernel in kernels():
                 # A user's DMLPATCH_CPU_OPS entry wins over our fix.
                 if needed(kernel, missing) and kernel.qualified not in forced_names:
@@ -202,6 +219,25 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         _library = library
         _installed = Installed(backend, profile, tuple(fixes), tuple(forced))
         return _installed
+
+
+def _float64_everywhere(backend: str) -> Optional[bool]:
+    """Whether every adapter has float64: the simulator's setting; None on DirectML, whose
+    adapters are asked one by one when a float64 tensor comes their way."""
+    if backend != "sim":
+        return None
+    from dmlpatch import sim
+
+    return sim.has_float64()
+
+
+def _configure_dtypes(missing: Gaps, float64: Optional[bool]) -> None:
+    from dmlpatch.opfix import allocation, dtype_policy, transfers
+
+    transfers.through_host_between_adapters = "device-to-device" in missing.quirks
+    if missing.dtypes or float64 is None:
+        dtype_policy.configure(missing.dtypes, float64)
+        allocation.install_load_hook()
 
 
 def install_for(backend: str) -> Optional[Installed]:
@@ -235,8 +271,11 @@ def installed() -> Optional[Installed]:
 def uninstall() -> None:
     """Remove every registered kernel: DirectML's own kernels serve the operators again."""
     global _library, _installed
+    from dmlpatch.opfix import allocation
+
     with _lock:
         if _library is not None:
             _library._destroy()
         _library = None
         _installed = None
+        allocation.uninstall_load_hook()

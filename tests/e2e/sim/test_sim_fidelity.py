@@ -349,10 +349,7 @@ def test_permissive_has_no_gaps(outcomes: dict[str, Any]) -> None:
 
 def test_float64_switch(outcomes: dict[str, Any]) -> None:
     o = outcomes["no-float64"]
-    text = (
-        "privateuseone:0 has no float64 support (torch_directml.has_float64_support() is "
-        "False): use float32."
-    )
+    text = "The GPU device does not support Double (Float64) operations!"
     assert o["float64"] == ["RuntimeError", text]
     assert o["float64_to"] == ["RuntimeError", text]
     assert o["has_float64_support"] is False
