@@ -1,6 +1,6 @@
-"""``repeat_interleave`` with a tensor of repeats, ``count_nonzero`` along dimensions and
-``upsample_nearest1d`` (forward and backward), which torch-directml 0.2.5 runs on the CPU,
-composed on the device.
+"""``repeat_interleave`` with a tensor of repeats, ``count_nonzero`` along dimensions,
+``upsample_nearest1d`` (forward and backward) and ``unfold_backward``, which torch-directml
+0.2.5 runs on the CPU, composed on the device.
 
 ========================== ===============================================================
 repeat_interleave.Tensor   each position ``i`` written ``repeats[i]`` times: a scatter-add of
@@ -9,6 +9,9 @@ count_nonzero.dim_IntList  ``(x != 0).sum(dim)`` (#665)
 upsample_nearest1d         ``index_select`` of ``min(floor(j * scale), n - 1)``, ``scale`` in
                            float32 as the CPU kernel computes it (#718); the backward is the
                            scatter-add of the gradient to those indices
+unfold_backward            the overlap-add of windows (``torch.istft``'s, and the backward of
+                           ``Tensor.unfold``: ``torch.stft`` in training): a sum of shifted
+                           slices when the hop divides the window, else ``scatter_add``
 ========================== ===============================================================
 """
 
@@ -103,7 +106,34 @@ def _upsample_nearest1d_backward(
     )
 
 
+def _unfold_backward(
+    grad_in: torch.Tensor, input_sizes: list[int], dim: int, size: int, step: int
+) -> torch.Tensor:
+    record("fixed", "aten::unfold_backward")
+    dim = dim % max(len(input_sizes), 1)
+    length = input_sizes[dim]
+    windows = grad_in.shape[dim] if grad_in.dim() > 1 else grad_in.shape[0]
+    # [..., windows, size]: the windows along the second-last dimension, their positions last.
+    grads = grad_in.movedim(dim, -2) if len(input_sizes) > 0 else grad_in
+    lead = grads.shape[:-2]
+    out = grads.new_zeros(*lead, length)
+    if size % step == 0:
+        # Window w's block b (of `step` values) lands at (w + b) * step: one shifted slice per b.
+        blocks = grads.reshape(*lead, windows, size // step, step)
+        for b in range(size // step):
+            piece = blocks[..., b, :].reshape(*lead, windows * step)
+            out[..., b * step : b * step + windows * step] += piece
+    else:
+        offsets = torch.arange(size, device=grads.device)
+        starts = torch.arange(windows, device=grads.device) * step
+        index = (starts.unsqueeze(1) + offsets.unsqueeze(0)).reshape(-1)
+        values = grads.reshape(*lead, windows * size)
+        out.scatter_add_(-1, index.expand_as(values), values)
+    return out.movedim(-1, dim)
+
+
 KERNELS = (
+    Kernel("unfold_backward", _unfold_backward, "fallback"),
     Kernel("repeat_interleave.Tensor", _repeat_interleave, "fallback"),
     Kernel("count_nonzero.dim_IntList", _count_nonzero, "fallback"),
     Kernel("upsample_nearest1d.out", _upsample_nearest1d_out, "fallback"),

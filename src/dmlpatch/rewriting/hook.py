@@ -25,6 +25,7 @@ from dmlpatch import log, report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
     from collections.abc import Iterable, Sequence
     from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -140,20 +141,36 @@ def set_gate(gate: Optional[Callable[[], bool]]) -> None:
 def may_have_sites(source: bytes) -> bool:
     """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.sites``), told without
     parsing it: a source that says neither ``cuda`` nor ``inference_mode`` nor ``autocast`` nor
-    ``GradScaler`` nor ``accelerator`` has none."""
-    return any(word in source for word in _SITE_WORDS)
+    ``GradScaler`` nor ``accelerator``, nor both ``torch`` and a complex literal, has none."""
+    if any(word in source for word in _SITE_WORDS):
+        return True
+    return b"torch" in source and _has_complex_literal(source)
 
 
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
 _SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"accelerator")
+_complex_literal: Optional[re.Pattern[bytes]] = None
+
+
+def _has_complex_literal(source: bytes) -> bool:
+    """Whether ``source`` has what looks like a complex literal (``1j``, ``2.5j``, ``.5J``):
+    the parser decides. ``re`` is imported on the first module that needs it, not at start-up."""
+    global _complex_literal
+    if _complex_literal is None:
+        import re
+
+        _complex_literal = re.compile(rb"(?<![\w.])(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[jJ]\b")
+    return _complex_literal.search(source) is not None
+
 
 #: The version of the rewriter's rules (``dmlpatch.rewriting.sites``), bumped whenever the same
 #: source is rewritten differently. Cached rewrites and discovery's cached verdicts both carry
 #: it, so neither outlives the rules that made it (2: ``torch.inference_mode`` sites; 3: the
 #: CUDA API, legacy types and AMP; 4: what functions named for a device return; 5: only
 #: functions whose names end in device or device_name; 6: CUDA chosen against another device
-#: or by its availability, whatever the name, and torch.load without map_location).
-GENERATION = 6
+#: or by its availability, whatever the name, and torch.load without map_location; 7: complex
+#: literals in arithmetic).
+GENERATION = 7
 
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:

@@ -16,6 +16,7 @@ Nothing here is imported by ``import dmlpatch``; torch is touched only when rewr
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Optional, Union
 
 from dmlpatch.devices import announce as _announce
@@ -233,6 +234,44 @@ def load(original: Any, *args: Any, **kwargs: Any) -> Any:
         return default_restore_location(storage, device(location))
 
     return original(*args, map_location=restore, **kwargs)
+
+
+_OPERATORS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+}
+
+
+def with_complex(symbol: str, left: Any, right: Any) -> Any:
+    """``left <symbol> right`` where one side is a complex literal (``mag * (x + 1j * y)``).
+
+    DirectML has no complex type: a real DirectML tensor meeting a complex number would make a
+    complex DirectML tensor, which stops the process. Such a tensor is first made a complex
+    one of dmlpatch's (``dmlpatch.opfix.complex``, pairs of reals on the device); every other
+    operand is left as it is.
+    """
+    operation = _OPERATORS[symbol]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if isinstance(left, torch.Tensor):
+            left = _complex_on_device(torch, left)
+        elif isinstance(right, torch.Tensor):
+            right = _complex_on_device(torch, right)
+    return operation(left, right)
+
+
+def _complex_on_device(torch: Any, value: Any) -> Any:
+    if value.device.type != "privateuseone" or value.is_complex():
+        return value
+    from dmlpatch.opfix import dtype_policy
+
+    policy = dtype_policy.current()
+    if policy is None or not policy.paired(torch.complex64):
+        return value
+    real = value if value.is_floating_point() else value.to(torch.get_default_dtype())
+    return torch.complex(real, torch.zeros_like(real))
 
 
 def __getattr__(name: str) -> Any:

@@ -49,6 +49,11 @@ Site kinds:
   torch-directml's torch 2.4.1 lacks) → ``__dmlpatch__.accelerator``
   (``dmlpatch.rewriting.accelerator``); ``from torch import accelerator`` imports that module
   when it is the statement's only name.
+- ``complex_literal``: arithmetic (``+ - * /``) between a complex literal and another value
+  (``mag * (x + 1j * y)``, ``torch.exp(1j * phase)``), in a module that imports torch →
+  ``__dmlpatch__.with_complex('*', 1j, y)``: DirectML has no complex type, so a real DirectML
+  tensor meeting a complex number is made a complex tensor of dmlpatch's first
+  (``dmlpatch.opfix.complex``); anything else is the plain operation.
 - ``amp``: calls of ``torch.autocast``, ``torch.amp.autocast``, ``torch.cuda.amp.autocast``,
   ``torch.amp.GradScaler`` and ``torch.cuda.amp.GradScaler`` (or the same names imported) →
   ``__dmlpatch__.autocast(<callee>, ...)`` / ``__dmlpatch__.grad_scaler(<callee>, ...)``, which
@@ -153,6 +158,8 @@ class _Names:
         self.amp_modules: set[str] = set()
         self.amp_callees: dict[str, str] = {}
         self.unanswered: set[str] = set()
+        #: Whether the module imports torch (or a submodule): complex literals are sites then.
+        self.imports_torch = False
 
     @classmethod
     def of(cls, tree: ast.Module) -> _Names:
@@ -160,6 +167,7 @@ class _Names:
         for node in _statements(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
+                    names.imports_torch |= alias.name.split(".")[0] == "torch"
                     if alias.name == "torch" or (
                         alias.name.startswith("torch.") and alias.asname is None
                     ):
@@ -169,6 +177,7 @@ class _Names:
                     if alias.name in ("torch.amp", "torch.cuda.amp") and alias.asname:
                         names.amp_modules.add(alias.asname)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.imports_torch |= (node.module or "").split(".")[0] == "torch"
                 for alias in node.names:
                     bound = alias.asname or alias.name
                     if node.module == "torch" and alias.name == "cuda":
@@ -414,6 +423,17 @@ class _Transformer:
             type_keyword.value = self._device_value(type_keyword.value, computed=True)
 
     # -- definitions and assignments ----------------------------------------------------------
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        """``x * 1j``: see ``complex_literal`` in the module docstring."""
+        symbol = _COMPLEX_OPERATORS.get(type(node.op))
+        if symbol is None or not self.names.imports_torch:
+            return node
+        if not (_complex_literal(node.left) or _complex_literal(node.right)):
+            return node
+        self._site(node, "complex_literal")
+        args = [_located(ast.Constant(symbol), node), node.left, node.right]
+        return _runtime_call("with_complex", args, node)
 
     def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
         """``'cuda' if c else 'cpu'``: a CUDA literal chosen against another device's name, or
@@ -749,6 +769,16 @@ def _is_device_option(node: ast.Call) -> bool:
         and _names_device(arg.value.lstrip("-").replace("-", "_"))
         for arg in node.args
     )
+
+
+_COMPLEX_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+def _complex_literal(node: ast.expr) -> bool:
+    """``1j``, ``-2.5j``."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, complex)
 
 
 def _keyword(node: ast.Call, name: str) -> Optional[ast.keyword]:

@@ -277,7 +277,9 @@ def _conjugate_(func: Any, z: PairedComplex) -> PairedComplex:
 
 @_handles(aten.resolve_conj.default, aten.resolve_neg.default)
 def _resolved(func: Any, z: PairedComplex) -> PairedComplex:
-    return z  # paired tensors never carry the lazy conjugate or negative bits
+    # Paired tensors never carry the lazy conjugate or negative bits. A new tensor, as for
+    # every view: autograd makes the output of a view operation a view of its input.
+    return wrap(aten.alias.default(z.pairs), z.dtype)
 
 
 @_handles(aten._neg_view.default)
@@ -304,7 +306,7 @@ def _angle(func: Any, z: PairedComplex) -> torch.Tensor:
 
 @_handles(aten.view_as_real.default)
 def _view_as_real(func: Any, z: PairedComplex) -> torch.Tensor:
-    return z.pairs
+    return aten.alias.default(z.pairs)
 
 
 @_handles(aten.sgn.default)
@@ -479,9 +481,9 @@ def _view(func: Any, z: PairedComplex, size: list[int]) -> PairedComplex:
 @_handles(aten.view.dtype)
 def _view_dtype(func: Any, z: PairedComplex, dtype: torch.dtype) -> Any:
     if dtype == z.dtype:
-        return z
+        return wrap(aten.alias.default(z.pairs), z.dtype)
     if dtype == PART_DTYPES[z.dtype]:
-        return z.pairs.flatten(-2) if z.dim() else z.pairs
+        return z.pairs.flatten(-2) if z.dim() else aten.alias.default(z.pairs)
     raise ComplexUnsupported(f"view of a complex tensor as {dtype}")
 
 
@@ -519,7 +521,8 @@ def _transpose(func: Any, z: PairedComplex, d0: int, d1: int) -> PairedComplex:
 
 @_handles(aten.t.default)
 def _t(func: Any, z: PairedComplex) -> PairedComplex:
-    return wrap(z.pairs.transpose(0, 1) if z.dim() == 2 else z.pairs, z.dtype)
+    pairs = z.pairs.transpose(0, 1) if z.dim() == 2 else aten.alias.default(z.pairs)
+    return wrap(pairs, z.dtype)
 
 
 @_handles(aten.transpose_.default, aten.t_.default, aten.unsqueeze_.default)

@@ -267,6 +267,19 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sim_fallback>());
 }
 
+// PyTorch's conjugate and negative fallbacks resolve a lazily conjugated source of
+// `_copy_from` by cloning it, and the clone copies with `_copy_from` again: endless recursion
+// (a segfault) for every backend that copies through `_copy_from`. The copy resolves the bits
+// itself (its CPU aliases carry the bits, alias.cpp), so it skips those fallbacks.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 }  // namespace dmlsim
 
 // torch 2.4 (torch-directml's pin) registers no AutogradPrivateUse1 or AutocastPrivateUse1
