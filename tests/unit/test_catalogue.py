@@ -87,8 +87,14 @@ ENTRY_TESTS: dict[str, object] = {
     },
     "complex": [
         "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5",
-        "tests/e2e/libraries/test_whisper.py::test_load_model_and_transcribe_on_the_device_equal_to_cpu",
-        "tests/e2e/libraries/test_whisper.py::test_a_spectrogram_on_the_device_meets_directmls_complex_gap",
+        "tests/e2e/libraries/test_whisper.py::test_without_dmlpatch_a_spectrogram_on_the_device_stops",
+        "tests/e2e/opfix/test_opfix_complex.py::test_without_dmlpatch_complex_tensors_stop_the_process",
+        "tests/e2e/opfix/test_opfix_complex.py::test_the_fft_family_equals_the_cpu_with_no_copy",
+        "tests/e2e/opfix/test_opfix_complex.py::test_stft_and_istft_round_trip_equal_the_cpu",
+        "tests/e2e/opfix/test_opfix_complex.py::test_complex_operations_equal_the_cpu",
+        "tests/e2e/libraries/test_type_wall.py::test_whisper_computes_its_spectrogram_on_the_device",
+        "tests/e2e/libraries/test_type_wall.py::test_demucs_separates_on_the_device_as_on_the_cpu",
+        "tests/e2e/libraries/test_type_wall.py::test_complex_numbers_in_a_program_of_ones_own",
     ],
     "foreach-optimizers": [
         "tests/e2e/opfix/test_opfix_foreach.py::test_without_dmlpatch_every_step_falls_back",
@@ -118,7 +124,12 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/opfix/test_opfix_quirks.py::test_sums_equal_the_cpu",
     ],
     "bfloat16": [
-        "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5"
+        "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5",
+        "tests/e2e/opfix/test_opfix_dtype_policy.py::test_without_dmlpatch_bfloat16_stops_the_process",
+        "tests/e2e/opfix/test_opfix_dtype_policy.py::test_bfloat16_arrives_as_float32_with_its_values",
+        "tests/e2e/opfix/test_opfix_dtype_policy.py::test_torch_load_of_a_bfloat16_checkpoint_onto_the_device",
+        "tests/e2e/libraries/test_type_wall.py::test_a_bfloat16_causal_lm_loaded_every_way_generates_as_on_the_cpu",
+        "tests/e2e/libraries/test_type_wall.py::test_a_bfloat16_diffusers_pipeline_samples_as_on_the_cpu",
     ],
     "mixed-devices-assert": None,
     "ddp-c10d": [
@@ -148,7 +159,10 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/test_cuda_api.py::test_activation_answers_the_cuda_api_on_the_device",
         "tests/unit/test_cuda_answers.py::test_autocast_for_the_target_is_float32_said_once",
     ],
-    "float64": ["tests/e2e/sim/test_sim_fidelity.py::test_float64_switch"],
+    "float64": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_float64_switch",
+        "tests/e2e/libraries/test_type_wall.py::test_numpy_float64_data_on_an_adapter_without_float64",
+    ],
     "scalar-writes": [
         "tests/e2e/sim/test_sim_fidelity.py::test_fault_injection_drops_scalar_writes"
     ],

@@ -9,6 +9,7 @@ count_nonzero.dim_IntList  ``(x != 0).sum(dim)`` (#665)
 upsample_nearest1d         ``index_select`` of ``min(floor(j * scale), n - 1)``, ``scale`` in
                            float32 as the CPU kernel computes it (#718); the backward is the
                            scatter-add of the gradient to those indices
+roll                       two slices of each rolled dimension, concatenated (``fftshift``)
 unfold_backward            the overlap-add of windows (``torch.istft``'s, and the backward of
                            ``Tensor.unfold``: ``torch.stft`` in training): a sum of shifted
                            slices when the hop divides the window, else ``scatter_add``
@@ -132,7 +133,27 @@ def _unfold_backward(
     return out.movedim(-1, dim)
 
 
+def _roll(self: torch.Tensor, shifts: list[int], dims: Optional[list[int]] = None) -> torch.Tensor:
+    record("fixed", "aten::roll")
+    if not dims:
+        if len(shifts) != 1:
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:0")
+        return _roll(self.flatten(), shifts, [0]).view(self.shape)
+    if len(shifts) != len(dims):
+        raise RuntimeError(
+            f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}"
+        )
+    out = self
+    for shift, dim in zip(shifts, dims):
+        size = out.shape[dim]
+        cut = shift % size if size else 0
+        if cut:
+            out = torch.cat((out.narrow(dim, size - cut, cut), out.narrow(dim, 0, size - cut)), dim)
+    return out.clone() if out is self else out
+
+
 KERNELS = (
+    Kernel("roll", _roll, "fallback"),
     Kernel("unfold_backward", _unfold_backward, "fallback"),
     Kernel("repeat_interleave.Tensor", _repeat_interleave, "fallback"),
     Kernel("count_nonzero.dim_IntList", _count_nonzero, "fallback"),

@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 
 #: Longest transform done as one product with its dense matrix.
-DIRECT = 64
+DIRECT = 512
 #: Device matrices kept, least recently used dropped first.
 CACHE_SIZE = 64
 
@@ -165,7 +165,7 @@ def transform_to_real(z: torch.Tensor, n: int, sign: int) -> torch.Tensor:
         z = z[..., :half, :]
     # Bins n - k for k in 1 .. n - half: conjugates of bins k, in reverse order.
     mirrored = z[..., 1 : n - half + 1, :].flip(-2)
-    mirrored = mirrored * mirrored.new_tensor([1.0, -1.0])
+    mirrored = torch.stack((mirrored[..., 0], -mirrored[..., 1]), dim=-1)
     full = torch.cat((z, mirrored), dim=-2)
     lead = full.shape[:-2]
     flat = full.reshape(-1, n * 2)
@@ -200,7 +200,7 @@ def _real(x: torch.Tensor, n: int, sign: int) -> torch.Tensor:
         return _bluestein(torch.stack((x, torch.zeros_like(x)), dim=-1), n, sign)
     n2 = n // n1
     b = x.shape[0]
-    staged = x.reshape(b, n1, n2).permute(2, 0, 1)  # [j2, b, j1]
+    staged = x.reshape(b, n1, n2).permute(2, 0, 1).contiguous()  # [j2, b, j1]
     y = torch.bmm(staged, _twiddled(n1, n2, sign, True, x))
     return _finish(y, b, n1, n2, sign)
 

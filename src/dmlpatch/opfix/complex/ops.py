@@ -53,7 +53,7 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Answer one aten call that has a paired complex tensor among its arguments."""
     query = METADATA.get(func)
     if query is not None:
-        return query(args[0].pairs)
+        return query(args[0].pairs, *args[1:])
     handler = HANDLERS.get(func)
     if handler is None:
         raise ComplexUnsupported(
@@ -68,8 +68,17 @@ _tensor.dispatcher = dispatch
 
 #: What PyTorch asks a paired tensor about its geometry (its sizes and strides are dispatched):
 #: the geometry of ``pairs`` without the trailing pair dimension.
-METADATA: dict[Any, Callable[[torch.Tensor], Any]] = {
+METADATA: dict[Any, Callable[..., Any]] = {
     aten.sym_size.default: lambda p: p.shape[:-1],
+    aten.sym_size.int: lambda p, d: p.shape[d % (p.dim() - 1)],
+    aten.size.int: lambda p, d: p.shape[d % (p.dim() - 1)],
+    aten.size.default: lambda p: list(p.shape[:-1]),
+    aten.stride.default: lambda p: [s // 2 for s in p.stride()[:-1]],
+    aten.sym_stride.int: lambda p, d: p.stride(d % (p.dim() - 1)) // 2,
+    aten.stride.int: lambda p, d: p.stride(d % (p.dim() - 1)) // 2,
+    aten.sym_numel.default: lambda p: p.numel() // 2,
+    aten.numel.default: lambda p: p.numel() // 2,
+    aten.storage_offset.default: lambda p: p.storage_offset() // 2,
     aten.sym_stride.default: lambda p: tuple(s // 2 for s in p.stride()[:-1]),
     aten.sym_numel.default: lambda p: p.numel() // 2,
     aten.dim.default: lambda p: p.dim() - 1,
@@ -196,9 +205,8 @@ def _product(ar: Part, ai: Part, br: Part, bi: Part) -> tuple[Part, Part]:
 
 def _quotient(ar: Part, ai: Part, br: Part, bi: Part) -> tuple[Part, Part]:
     if bi is None:
-        return _mul(ar, 1 / br) if not isinstance(br, torch.Tensor) else ar / br, (
-            None if ai is None else ai / br
-        )
+        # One side is a tensor here, so a zero divisor gives inf/nan as PyTorch's does.
+        return (None if ar is None else ar / br), (None if ai is None else ai / br)
     denominator = _add(_mul(br, br), _mul(bi, bi))
     re = _add(_mul(ar, br), _mul(ai, bi))
     im = _sub(_mul(ai, br), _mul(ar, bi))
@@ -265,8 +273,7 @@ def _negate(func: Any, z: PairedComplex) -> PairedComplex:
 
 @_handles(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)
 def _conjugate(func: Any, z: PairedComplex) -> PairedComplex:
-    flip = z.pairs.new_tensor([1.0, -1.0])
-    return wrap(z.pairs * flip, z.dtype)
+    return wrap(torch.stack((z.pairs[..., 0], -z.pairs[..., 1]), dim=-1), z.dtype)
 
 
 @_handles(aten.conj_physical_.default)
@@ -339,6 +346,28 @@ def _compare(func: Any, a: Any, b: Any) -> torch.Tensor:
     right = _pairs_of(b, device, PART_DTYPES[dtype])
     same = (left == right).all(-1)
     return same if func.overloadpacket is aten.eq else ~same
+
+
+@_handles(aten.isclose.default)
+def _isclose(
+    func: Any, a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> torch.Tensor:
+    dtype = _complex_dtype(a, b)
+    device = _device_of(a, b)
+    left = _pairs_of(a, device, PART_DTYPES[dtype])
+    right = _pairs_of(b, device, PART_DTYPES[dtype])
+    close = _magnitude(left - right) <= atol + rtol * _magnitude(right)
+    close = close | (left == right).all(-1)  # equal infinities
+    if equal_nan:
+        close = close | (left.isnan().any(-1) & right.isnan().any(-1))
+    return close
+
+
+@_handles(aten.allclose.default)
+def _allclose(
+    func: Any, a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> bool:
+    return bool(_isclose(func, a, b, rtol, atol, equal_nan).all())
 
 
 @_handles(aten.equal.default)
