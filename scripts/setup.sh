@@ -24,6 +24,10 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   openai-whisper==20250625 transformers==4.57.6 diffusers==0.35.2 accelerate==1.11.0 \
   sentence-transformers==5.1.2
+# Complex numbers and FFTs on the device: Demucs (Ultimate Vocal Remover's models; 4.1 needs no
+# torchaudio) and auraloss (the STFT losses vocoders train with).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  demucs==4.1.0 auraloss==0.4.0
 # The early-2024 ultralytics line for the version-gate tests, beside the venv.
 if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \

@@ -10,6 +10,8 @@ upsample_nearest1d         ``index_select`` of ``min(floor(j * scale), n - 1)``,
                            float32 as the CPU kernel computes it (#718); the backward is the
                            scatter-add of the gradient to those indices
 roll                       two slices of each rolled dimension, concatenated (``fftshift``)
+index_add                  ``scatter_add`` with the index spread along the added rows (the
+                           backward of every overlapping ``as_strided``: ``torch.stft``'s)
 unfold_backward            the overlap-add of windows (``torch.istft``'s, and the backward of
                            ``Tensor.unfold``: ``torch.stft`` in training): a sum of shifted
                            slices when the hop divides the window, else ``scatter_add``
@@ -23,7 +25,7 @@ from typing import Optional
 import torch
 
 from dmlpatch.opfix._accounting import record
-from dmlpatch.opfix._kernel import Kernel, into
+from dmlpatch.opfix._kernel import Kernel, functional, in_place, into
 
 
 def _repeat_interleave(repeats: torch.Tensor, *, output_size: Optional[int] = None) -> torch.Tensor:
@@ -152,7 +154,35 @@ def _roll(self: torch.Tensor, shifts: list[int], dims: Optional[list[int]] = Non
     return out.clone() if out is self else out
 
 
+def _index_add_out(
+    self: torch.Tensor,
+    dim: int,
+    index: torch.Tensor,
+    source: torch.Tensor,
+    *,
+    alpha: float = 1,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    record("fixed", "aten::index_add.out")
+    if index.dim() > 1:
+        raise IndexError("index_add_(): Index is supposed to be a vector")
+    dim = dim % max(self.dim(), 1)
+    values = source if alpha == 1 else source * alpha
+    if self.dim() == 0:
+        spread = index.reshape(values.shape)
+    else:
+        shape = [1] * values.dim()
+        shape[dim] = index.numel()
+        spread = index.reshape(shape).expand_as(values)
+    if out is not self:
+        into(out, self)
+    return out.scatter_add_(dim, spread.to(out.device), values)
+
+
 KERNELS = (
+    Kernel("index_add.out", _index_add_out, "fallback"),
+    Kernel("index_add", functional(_index_add_out), "fallback"),
+    Kernel("index_add_", in_place(_index_add_out), "fallback"),
     Kernel("roll", _roll, "fallback"),
     Kernel("unfold_backward", _unfold_backward, "fallback"),
     Kernel("repeat_interleave.Tensor", _repeat_interleave, "fallback"),

@@ -71,11 +71,11 @@ path = sys.argv[2]
 ids = [[1, 5, 9, 13]]
 
 
-def run(model):
+def run(model, autocast=False):
     tokens = torch.tensor(ids, device=model.device)
     out = model.generate(tokens, attention_mask=torch.ones_like(tokens), max_new_tokens=8,
                          do_sample=False, pad_token_id=0)
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         logits = model(tokens).logits
     return {"device": str(model.device), "dtype": str(model.dtype), "tokens": out.tolist(),
             "logits": logits.flatten().tolist()}
@@ -90,7 +90,8 @@ else:
     ways = {
         "device_map": run(AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.bfloat16, device_map="cuda")),
-        "to": run(AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to("cuda")),
+        "to": run(AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to("cuda"),
+                  autocast=True),
         "auto": run(AutoModelForCausalLM.from_pretrained(path, device_map="auto")),
         "float16": run(AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float16, device_map="cuda")),
@@ -211,10 +212,12 @@ def test_whisper_computes_its_spectrogram_on_the_device(tmp_path: Path) -> None:
     _no_fallback(report)
 
 
-# A Vocos-style iSTFT head trained one step, rotary embeddings as Meta's llama reference
-# writes them, and an FFT convolution of an image: complex numbers three ways.
+# A Vocos-style iSTFT head trained two steps, rotary embeddings as Meta's llama reference
+# writes them, an FFT convolution of an image, and auraloss' multi-resolution STFT loss (what
+# vocoders train with) training a small filter: complex numbers four ways.
 SPECTRAL = """
 import json, sys, torch
+import auraloss
 from torch import nn
 
 
@@ -254,7 +257,20 @@ q = rotary(torch.randn(2, 32, 4, 16).to(device), freqs_cis)
 image = torch.randn(1, 3, 32, 24).to(device)
 kernel = torch.full((1, 3, 5, 5), 1 / 25).to(device)
 blurred = torch.fft.irfft2(torch.fft.rfft2(image) * torch.fft.rfft2(kernel, s=(32, 24)), s=(32, 24))
-print(json.dumps({"device": str(q.device), "loss": float(loss),
+filter_ = nn.Conv1d(1, 1, 15, padding=7).to(device)
+stft_loss = auraloss.freq.MultiResolutionSTFTLoss(
+    fft_sizes=[128, 256], hop_sizes=[32, 64], win_lengths=[128, 256]).to(device)
+adam = torch.optim.Adam(filter_.parameters(), lr=1e-2)
+noisy = torch.randn(2, 1, 2000).to(device)
+clean = torch.sin(torch.linspace(0, 200, 2000)).expand(2, 1, 2000).to(device)
+stft_losses = []
+for _ in range(2):
+    step_loss = stft_loss(filter_(noisy), clean)
+    adam.zero_grad()
+    step_loss.backward()
+    adam.step()
+    stft_losses.append(step_loss.item())
+print(json.dumps({"device": str(q.device), "loss": float(loss), "stft_losses": stft_losses,
                   "weight": head.out.weight.detach().cpu().flatten().tolist(),
                   "rotary": q.cpu().flatten().tolist(),
                   "blurred": blurred.cpu().flatten().tolist()}))
@@ -265,7 +281,7 @@ def test_complex_numbers_in_a_program_of_ones_own(tmp_path: Path) -> None:
     expected, got, report, _ = _run(tmp_path, SPECTRAL)
     assert got["device"] == "privateuseone:0"
     _close(got["loss"], expected["loss"], 1e-5)
-    for key in ("weight", "rotary", "blurred"):
+    for key in ("weight", "rotary", "blurred", "stft_losses"):
         _close(got[key], expected[key], 1e-5)
     _no_fallback(report)
     sites = {entry["module"]: entry["sites"] for entry in report["rewritten"]}
