@@ -71,6 +71,21 @@ CASES = [
     Case("scope-no-value", ("--scope",), 2, r"--scope needs a value: all, project or specs"),
     Case("scope-env-unknown", (OK,), 2, r"unknown scope 'most'", {"DMLPATCH_SCOPE": "most"}),
     Case(
+        "bf16-unknown",
+        ("--bf16", "half", OK),
+        2,
+        r"--bf16 'half': bfloat16 runs on DirectML as float32 or float16; choose one of "
+        r"float32, float16",
+    ),
+    Case("bf16-no-value", ("--bf16",), 2, r"--bf16 needs a value: float32 or float16"),
+    Case(
+        "bf16-env-unknown",
+        (OK,),
+        2,
+        r"DMLPATCH_BF16='bf16': bfloat16 runs on DirectML as float32 or float16",
+        {"DMLPATCH_BF16": "bf16"},
+    ),
+    Case(
         "device-sim-adapter",
         ("--device", "sim:5", OK),
         2,

@@ -131,6 +131,10 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/libraries/test_type_wall.py::test_a_bfloat16_causal_lm_loaded_every_way_generates_as_on_the_cpu",
         "tests/e2e/libraries/test_type_wall.py::test_a_bfloat16_diffusers_pipeline_samples_as_on_the_cpu",
     ],
+    "half-cpu-fallback": [
+        "tests/e2e/opfix/test_opfix_half_on_host.py::test_without_dmlpatch_a_float16_resize_stops",
+        "tests/e2e/opfix/test_opfix_half_on_host.py::test_float16_fallbacks_without_a_cpu_kernel_run_in_float32",
+    ],
     "mixed-devices-assert": None,
     "ddp-c10d": [
         "tests/e2e/test_multi_adapter.py::test_ddp_trains_two_ranks_on_two_adapters_like_one_process"

@@ -35,6 +35,7 @@ linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve`` up to
 spectral      ``_fft_r2c``/``_fft_c2c``/``_fft_c2r`` (every FFT and STFT), ``complex``,
               ``polar``, ``view_as_complex``: complex tensors held as pairs of reals
 allocation    ``empty``/``full`` of bfloat16, complex or float64 on the device; ``torch.load``
+half_on_host  float16 through the CPU fallback of operators whose CPU kernel has no float16
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -92,6 +93,7 @@ FAMILIES = (
     "linalg",
     "spectral",
     "allocation",
+    "half_on_host",
 )
 
 
@@ -207,8 +209,10 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
                 missing = missing._replace(dtypes=missing.dtypes | {"Double"})
             _configure_dtypes(missing, float64)
             for kernel in kernels():
-                # A user's DMLPATCH_CPU_OPS entry wins over our fix.
-                if needed(kernel, missing) and kernel.qualified not in forced_names:
+                # A user's DMLPATCH_CPU_OPS entry wins over our fix; of two fixes for one
+                # operator, the earlier family's (half_on_host comes last).
+                taken = kernel.qualified in forced_names or kernel.qualified in fixes
+                if needed(kernel, missing) and not taken:
                     with warnings.catch_warnings():
                         # torch 2.4 warns when a Python kernel replaces the simulator's
                         # registration for the same key: replacing it is the point.

@@ -71,8 +71,10 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
-    """A PrivateUse1 kernel running ``op`` on CPU copies of its arguments."""
+def cpu_kernel(op: torch._ops.OpOverload, upcast_half: bool = False) -> Callable[..., Any]:
+    """A PrivateUse1 kernel running ``op`` on CPU copies of its arguments; with
+    ``upcast_half``, float16 arguments are computed in float32 there and floating results
+    come back as float16 (for CPU kernels that have no float16)."""
     schema = op._schema
     name = op.name()
     written = [
@@ -85,6 +87,7 @@ def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
         copies = 0
         nbytes = 0
         device: list[torch.device] = []
+        upcast: list[bool] = []
 
         def to_cpu(value: Any) -> Any:
             nonlocal copies, nbytes
@@ -92,6 +95,9 @@ def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
                 device.append(value.device)
                 copies += 1
                 nbytes += _nbytes(value)
+                if upcast_half and value.dtype is torch.float16:
+                    upcast.append(True)
+                    return value.cpu().float()
                 return value.cpu()
             if isinstance(value, torch.device) and value.type == "privateuseone":
                 device.append(value)
@@ -123,6 +129,8 @@ def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
                 return originals[id(value)]
             copies += 1
             nbytes += _nbytes(value)
+            if upcast and value.dtype is torch.float32:
+                return value.to(target, torch.float16)
             return value.to(target)
 
         moved = tree_map(to_device, result)

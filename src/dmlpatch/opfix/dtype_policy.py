@@ -29,38 +29,39 @@ The choice is applied where a tensor of such a dtype would come to exist on the 
 from __future__ import annotations
 
 import os
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from dmlpatch import log
 from dmlpatch.errors import UsageError
 
-BF16_ENV = "DMLPATCH_BF16"
-#: What bfloat16 can run as, by the name ``DMLPATCH_BF16`` takes.
-BF16_CHOICES = {"float32": torch.float32, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
 
-#: c10's names of the dtypes (as profiles list them) and the dtypes they are.
+BF16_ENV = "DMLPATCH_BF16"
+#: What bfloat16 can run as (``DMLPATCH_BF16`` / ``--bf16``), the default first.
+BF16_CHOICES = ("float32", "float16")
+
+#: c10's names of the dtypes (as profiles list them) and torch's.
 C10_NAMES = {
-    "BFloat16": torch.bfloat16,
-    "ComplexHalf": torch.complex32,
-    "ComplexFloat": torch.complex64,
-    "ComplexDouble": torch.complex128,
-    "Double": torch.float64,
+    "BFloat16": "bfloat16",
+    "ComplexHalf": "complex32",
+    "ComplexFloat": "complex64",
+    "ComplexDouble": "complex128",
+    "Double": "float64",
 }
 
 
-def parse_bf16(text: Optional[str]) -> torch.dtype:
-    """``DMLPATCH_BF16``'s value as a dtype (float32 when unset); one-line error otherwise."""
+def parse_bf16(text: Optional[str], given_as: str = BF16_ENV + "=") -> str:
+    """``DMLPATCH_BF16``'s (or ``--bf16``'s) value, float32 when unset; a one-line error
+    otherwise. Needs no torch: the runner checks ``--bf16`` before the program starts."""
     if not text:
-        return torch.float32
-    try:
-        return BF16_CHOICES[text]
-    except KeyError:
+        return BF16_CHOICES[0]
+    if text not in BF16_CHOICES:
         raise UsageError(
-            f"{BF16_ENV}={text!r}: bfloat16 runs on DirectML as float32 or float16; "
+            f"{given_as}{text!r}: bfloat16 runs on DirectML as float32 or float16; "
             f"choose one of {', '.join(BF16_CHOICES)}"
-        ) from None
+        )
+    return text
 
 
 class Policy:
@@ -72,32 +73,41 @@ class Policy:
         float64_everywhere: Optional[bool],
         bfloat16: torch.dtype,
     ) -> None:
+        import torch
+
         self.unsupported = unsupported
         #: Whether every adapter has float64; None: ask each adapter (real DirectML).
         self.float64_everywhere = float64_everywhere
         self.bfloat16 = bfloat16
         self._float64: dict[int, bool] = {}
+        self._bf16, self._f64, self._f32 = torch.bfloat16, torch.float64, torch.float32
+        #: Each complex dtype's parts.
+        self.parts = {
+            torch.complex32: torch.float16,
+            torch.complex64: torch.float32,
+            torch.complex128: torch.float64,
+        }
 
     def stored(self, dtype: torch.dtype, index: Optional[int]) -> torch.dtype:
         """The dtype a tensor asked for as ``dtype`` has on adapter ``index`` (complex dtypes:
         the dtype of its parts)."""
-        if dtype in _PARTS:
-            return self.stored(_PARTS[dtype], index)
-        if dtype is torch.bfloat16 and dtype in self.unsupported:
+        if dtype in self.parts:
+            return self.stored(self.parts[dtype], index)
+        if dtype is self._bf16 and dtype in self.unsupported:
             self._said_bfloat16()
             return self.bfloat16
-        if dtype is torch.float64 and not self.has_float64(index or 0):
+        if dtype is self._f64 and not self.has_float64(index or 0):
             log.say_once(
                 "dtype-float64",
                 f"float64 runs as float32 on privateuseone:{index or 0}: the adapter has no "
                 "float64 (torch_directml.has_float64_support() is False)",
             )
-            return torch.float32
+            return self._f32
         return dtype
 
     def paired(self, dtype: torch.dtype) -> bool:
         """Whether tensors of ``dtype`` are held as pairs of reals."""
-        return dtype in _PARTS and dtype in self.unsupported
+        return dtype in self.parts and dtype in self.unsupported
 
     def has_float64(self, index: int) -> bool:
         if self.float64_everywhere is not None:
@@ -108,7 +118,7 @@ class Policy:
         return known
 
     def _said_bfloat16(self) -> None:
-        if self.bfloat16 is torch.float32:
+        if self.bfloat16 is self._f32:
             log.say_once(
                 "dtype-bfloat16",
                 "bfloat16 runs as float32 on DirectML, which has no bfloat16 (exact: every "
@@ -122,14 +132,9 @@ class Policy:
             )
 
 
-_PARTS = {
-    torch.complex32: torch.float16,
-    torch.complex64: torch.float32,
-    torch.complex128: torch.float64,
-}
-
-
 def _ask_float64(index: int) -> bool:
+    import torch
+
     module = getattr(torch, "privateuseone", None)
     ask = getattr(module, "has_float64_support", None)
     return bool(ask(index)) if ask is not None else True
@@ -142,8 +147,13 @@ def configure(unsupported_names: frozenset[str], float64_everywhere: Optional[bo
     """Set the process's policy: the c10 names of the dtypes the device lacks, and whether
     every adapter has float64 (None: ask each adapter when it matters)."""
     global _current
-    unsupported = frozenset(C10_NAMES[n] for n in unsupported_names if n in C10_NAMES)
-    _current = Policy(unsupported, float64_everywhere, parse_bf16(os.environ.get(BF16_ENV)))
+    import torch
+
+    unsupported = frozenset(
+        getattr(torch, C10_NAMES[n]) for n in unsupported_names if n in C10_NAMES
+    )
+    bfloat16 = getattr(torch, parse_bf16(os.environ.get(BF16_ENV)))
+    _current = Policy(unsupported, float64_everywhere, bfloat16)
     return _current
 
 

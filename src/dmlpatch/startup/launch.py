@@ -31,6 +31,7 @@ class Options:
     def __init__(self) -> None:
         self.device: Optional[str] = None
         self.scope: Optional[str] = None
+        self.bf16: Optional[str] = None
         self.report: Optional[str] = None
         self.verbose = False
         self.module: Optional[str] = None
@@ -62,6 +63,12 @@ def parse_options(argv: list[str], allow_module: bool = True) -> Options:
         elif argument.startswith("--scope="):
             options.scope = parse_scope(argument.split("=", 1)[1])
             index += 1
+        elif argument == "--bf16" or argument.startswith("--bf16="):
+            if argument == "--bf16" and index + 1 >= len(argv):
+                raise UsageError("--bf16 needs a value: float32 or float16")
+            value = argv[index + 1] if argument == "--bf16" else argument.split("=", 1)[1]
+            options.bf16 = parse_bf16(value)
+            index += 2 if argument == "--bf16" else 1
         elif argument == "--report":
             options.report = "-"
             index += 1
@@ -99,6 +106,12 @@ def parse_scope(text: str) -> str:
     return discovery.parse_scope(text)
 
 
+def parse_bf16(text: str) -> str:
+    from dmlpatch.opfix import dtype_policy
+
+    return dtype_policy.parse_bf16(text, "--bf16 ")
+
+
 def prepare(options: Options) -> bool:
     """Check what can be checked without torch (one-line errors, before the program starts),
     then patch; the device is resolved when the program first imports torch.
@@ -111,6 +124,11 @@ def prepare(options: Options) -> bool:
 
     if options.verbose:
         os.environ["DMLPATCH_VERBOSE"] = "1"
+    from dmlpatch.opfix import dtype_policy
+
+    if options.bf16:
+        os.environ[dtype_policy.BF16_ENV] = options.bf16  # children too
+    dtype_policy.parse_bf16(os.environ.get(dtype_policy.BF16_ENV))  # a bad one is exit 2
     if engine.disabled():
         log.say(f"{engine.DISABLE_VAR}=1: running the program without patches")
         return False
