@@ -31,6 +31,9 @@ class Kernel(NamedTuple):
     #: The wrong answer it fixes (a ``dmlpatch.gaps.profiles.QUIRKS`` name): installed where the
     #: profile has it, whatever :attr:`gap` says.
     quirk: str = ""
+    #: A dtype (``bool``, ``uint8``): the fix waits until a tensor of it is first on the
+    #: device (:mod:`dmlpatch.opfix.triggers`); until then the operator is DirectML's own.
+    trigger: str = ""
 
     @property
     def op(self) -> str:

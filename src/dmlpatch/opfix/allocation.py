@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from dmlpatch.opfix import dtype_policy
+from dmlpatch.opfix import dtype_policy, sentinels, triggers
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.complex.tensor import wrap
@@ -68,6 +68,8 @@ def allocate(
 ) -> torch.Tensor:
     """An uninitialised device tensor as ``torch.empty`` makes one, under the policy: a
     paired complex tensor for a complex dtype, the stored dtype for the others."""
+    sentinels.stand_aside()
+    triggers.seen(dtype)
     policy = _policy()
     index = device.index if device is not None else None
     if policy.paired(dtype):
@@ -85,6 +87,20 @@ def allocate(
     )
 
 
+#: Dtypes the device holds as they are and no waiting fix watches: their allocations take the
+#: short path (every allocation of PyTorch's composite operators comes here).
+_plain: frozenset[torch.dtype] = frozenset()
+_default_dtype = torch.get_default_dtype
+_empty_strided = torch.empty_strided
+_CONTIGUOUS = torch.contiguous_format
+
+
+def plain_dtypes(dtypes: frozenset[torch.dtype]) -> None:
+    """Set at install, and widened as waiting fixes are installed."""
+    global _plain
+    _plain = dtypes
+
+
 def _empty(
     size: list[int],
     *,
@@ -94,9 +110,18 @@ def _empty(
     pin_memory: Optional[bool] = None,
     memory_format: Optional[torch.memory_format] = None,
 ) -> torch.Tensor:
+    wanted = dtype if dtype is not None else _default_dtype()
+    if wanted in _plain and (memory_format is None or memory_format is _CONTIGUOUS):
+        rank = len(size)
+        if rank == 1:
+            strides: Any = (1,)
+        elif rank == 2:
+            strides = (max(size[1], 1), 1)
+        else:
+            strides = _strides(size, None)
+        return _empty_strided(size, strides, dtype=wanted, device=device, pin_memory=pin_memory)
     if layout not in (None, torch.strided):
         raise RuntimeError(f"DirectML tensors are strided, not {layout}")
-    wanted = dtype if dtype is not None else torch.get_default_dtype()
     return allocate(list(size), wanted, device, pin_memory, memory_format)
 
 

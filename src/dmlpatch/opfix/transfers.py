@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from dmlpatch.opfix import dtype_policy
+from dmlpatch.opfix import dtype_policy, triggers
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.complex.tensor import wrap
@@ -35,6 +35,18 @@ _HOST = torch.device("cpu")
 
 #: Whether copies to another adapter go through the host (the profile has DirectML's quirk).
 through_host_between_adapters = True
+#: Dtypes (source or destination) that DirectML cannot hold: their copies follow the policy.
+_attention: frozenset[torch.dtype] = frozenset()
+
+#: Dtypes a waiting fix watches for (:mod:`dmlpatch.opfix.triggers`).
+_waiting: frozenset[torch.dtype] = frozenset()
+_empty_like = torch.empty_like
+_PRESERVE = torch.preserve_format
+
+
+def watch_triggers(dtypes: frozenset[torch.dtype]) -> None:
+    global _waiting
+    _waiting = dtypes
 
 
 def _to_copy(
@@ -47,33 +59,79 @@ def _to_copy(
     non_blocking: bool = False,
     memory_format: Optional[torch.memory_format] = None,
 ) -> torch.Tensor:
+    wanted = self.dtype if dtype is None else dtype
     target = self.device if device is None else device
-    if target.type != "privateuseone":
+    if target.type == "privateuseone":
+        if wanted in _attention or self.dtype in _attention:
+            return _to_copy_under_policy(
+                self, dtype, layout, target, pin_memory, non_blocking, memory_format
+            )
+        if wanted in _waiting:
+            triggers.seen(wanted)
+        if through_host_between_adapters and _another_adapter(self, target):
+            return _through_host(self, dtype, layout, target, memory_format)
+    if layout is not None or pin_memory:
         return _copy(self, dtype, layout, device, non_blocking, memory_format)
+    # PyTorch's composite kernel for a strided tensor, in the fewest calls from Python.
+    out = _empty_like(self, dtype=dtype, device=device, memory_format=memory_format or _PRESERVE)
+    return out.copy_(self, non_blocking=non_blocking)
+
+
+def _another_adapter(self: torch.Tensor, target: torch.device) -> bool:
+    if self.device.type != target.type:
+        return False
+    index = target.index if target.index is not None else torch.empty(0, device=target).device.index
+    return self.device.index != index
+
+
+def _through_host(
+    self: torch.Tensor,
+    dtype: Optional[torch.dtype],
+    layout: Optional[torch.layout],
+    target: torch.device,
+    memory_format: Optional[torch.memory_format],
+) -> torch.Tensor:
+    host = _copy(self, dtype, layout, _HOST, False, memory_format)
+    if target.index is None:
+        target = torch.empty(0, device=target).device
+    out = _copy(host, None, None, target, False, memory_format)
+    nbytes = host.numel() * host.element_size()
+    record("fixed", "aten::_to_copy", 2, 2 * nbytes)
+    return out
+
+
+def _to_copy_under_policy(
+    self: torch.Tensor,
+    dtype: Optional[torch.dtype],
+    layout: Optional[torch.layout],
+    target: torch.device,
+    pin_memory: Optional[bool],
+    non_blocking: bool,
+    memory_format: Optional[torch.memory_format],
+) -> torch.Tensor:
+    """A copy to the device whose dtype (asked for, or the source's) DirectML cannot hold."""
     if target.index is None:  # the current adapter, as PyTorch's kernel resolves it
         target = torch.empty(0, device=target).device
     policy = dtype_policy.current()
-    if policy is not None:
-        wanted = self.dtype if dtype is None else dtype
-        if policy.paired(wanted) or self.is_complex():
-            return _to_paired(self, wanted, target, policy, non_blocking)
-        stored = policy.stored(wanted, target.index)
-        if stored is not wanted:
-            record("fixed", "aten::_to_copy")
-            if self.device.type == "cpu":
-                self = self.to(stored)  # cast on the host: the device holds only `stored`
-            dtype = stored
-    if (
-        through_host_between_adapters
-        and self.device.type == target.type
-        and self.device.index != target.index
-    ):
-        host = _copy(self, dtype, layout, _HOST, False, memory_format)
-        out = _copy(host, None, None, target, False, memory_format)
-        nbytes = host.numel() * host.element_size()
-        record("fixed", "aten::_to_copy", 2, 2 * nbytes)
-        return out
+    assert policy is not None  # _attention is empty without a policy
+    wanted = self.dtype if dtype is None else dtype
+    if policy.paired(wanted) or self.is_complex():
+        return _to_paired(self, wanted, target, policy, non_blocking)
+    stored = policy.stored(wanted, target.index)
+    if stored is not wanted:
+        record("fixed", "aten::_to_copy")
+        if self.device.type == "cpu":
+            self = self.to(stored)  # cast on the host: the device holds only `stored`
+        dtype = stored
+    if through_host_between_adapters and _another_adapter(self, target):
+        return _through_host(self, dtype, layout, target, memory_format)
     return _copy(self, dtype, layout, target, non_blocking, memory_format)
+
+
+def watch_dtypes(dtypes: frozenset[torch.dtype]) -> None:
+    """The dtypes whose copies to the device take the policy's path (set at install)."""
+    global _attention
+    _attention = dtypes
 
 
 def _to_paired(
