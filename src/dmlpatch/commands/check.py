@@ -159,7 +159,7 @@ def _check(options: Any, chosen: _Options) -> int:
     profile, observer, shadow = _start(backend, chosen.verify)
     from dmlpatch.placement import operators
 
-    placement = operators.Counter()
+    placement = operators.Counter(_serving(backend, profile, observer))
     placement.__enter__()
     tracing = operators.traces_unobserved()
     tracing.__enter__()
@@ -223,6 +223,15 @@ def _start(backend: str, verify: bool) -> tuple[Optional[str], Any, Any]:
         shadow = Shadow()
         shadow.__enter__()
     return profile, observer, shadow
+
+
+def _serving(backend: str, profile: Optional[str], observer: Any) -> Any:
+    """How the backend serves each operator, for counting what its CPU fallback ran."""
+    if observer is not None:
+        return observer.serving
+    from dmlpatch.opfix import serving
+
+    return serving.for_backend(backend, profile)
 
 
 def _sim_counters() -> dict[str, Any]:

@@ -63,6 +63,16 @@ def _on_resolved(chosen: Resolution) -> None:
 
         module_hooks.uninstall()
         ledger.stop()
+        return
+    if chosen.backend in ("sim", "directml"):
+        from dmlpatch.placement import fallbacks
+
+        try:
+            fallbacks.install()
+        except RuntimeError as error:  # a registration torch refuses: count layers alone
+            from dmlpatch import log
+
+            log.info(f"CPU fallbacks not counted by operator: {error}")
 
 
 def selected() -> Optional[Resolution]:
