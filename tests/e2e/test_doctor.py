@@ -53,6 +53,9 @@ def test_real_torch_directml_with_another_torch_fails_with_the_fix(
         "torch-directml 0.2.5.dev240914 requires torch==2.4.1, torchvision==0.19.1"
         in (versions["message"])
     )
+    # The catalogue's entry, with what to do.
+    assert "(known failure torch-replaced; command: dmlpatch pin" in versions["message"]
+    assert versions["details"]["known_failure"] == "torch-replaced"
     assert checks["directml"]["status"] == "FAIL"
     assert "cannot load its native library" in checks["directml"]["message"]
 

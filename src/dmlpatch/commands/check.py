@@ -64,8 +64,10 @@ class Row(NamedTuple):
 
 class Outcome(NamedTuple):
     exit_code: int
-    status: str  # runs | fails | diverges | error
+    status: str  # runs | fails | diverges | error | cpu
     verdict: str
+    #: The catalogue entry of the failure that stopped the program (dmlpatch.gaps.catalogue).
+    known_failure: Optional[str] = None
 
 
 class _Options(NamedTuple):
@@ -322,7 +324,7 @@ def judge(
         first = _first_refused(refused, counters)
         where = f" at {first.first_call}" if first.first_call else ""
         known = f" (known failure {first.known_failure})" if first.known_failure else ""
-        return Outcome(1, "fails", f"would fail: {first.op}{where}{known}")
+        return Outcome(1, "fails", f"would fail: {first.op}{where}{known}", first.known_failure)
     if divergence is not None:
         where = first_frame("".join(traceback.format_list(list(divergence.stack))))
         at = f" at {where}" if where else ""
@@ -334,6 +336,16 @@ def judge(
     if error is not None:
         message = str(error).splitlines()[0] if str(error) else ""
         reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
+        from dmlpatch.gaps import catalogue
+
+        known = catalogue.for_error(reason)
+        if known is not None:
+            return Outcome(
+                1,
+                "fails",
+                f"would fail: {reason} (known failure {known.key}; {known.fix}: {known.remedy})",
+                known.key,
+            )
         return Outcome(1, "error", f"the program failed for another reason: {reason}")
     on_cpu = _on_cpu(compute)
     if on_cpu is not None:
@@ -451,6 +463,7 @@ def _write_json(
         "transfers": report.transfers(counters) if backend == "sim" else None,
         "compute": compute,
         "status": outcome.status,
+        "known_failure": outcome.known_failure,
         "exit_code": outcome.exit_code,
         "verdict": outcome.verdict,
         "divergence": None

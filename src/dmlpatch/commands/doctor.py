@@ -1,7 +1,10 @@
 """``dmlpatch doctor``: one screen that says what is wrong with a DirectML environment.
 
 Each check is a line with OK, WARN or FAIL and, where there is one, the exact command that
-fixes it. Checks never raise: a check that cannot run reports why.
+fixes it. Checks never raise: a check that cannot run reports why. A failure the catalogue of
+known torch-directml failures describes (:mod:`dmlpatch.gaps.catalogue`) is named with its
+entry and what to do, whether doctor recognises it from an exception (torch-directml's import,
+a library's) or from what it checks (a torch that is not torch-directml's).
 """
 
 from __future__ import annotations
@@ -83,12 +86,14 @@ def _versions() -> list[Check]:
     ]
     details["pins"] = pins
     if broken:
+        details["known_failure"] = "torch-replaced"
         return [
             Check(
                 "versions",
                 FAIL,
                 f"{listed}; torch-directml {directml} requires {', '.join(pins)} "
-                "(a different torch makes `import torch_directml` fail with 'undefined symbol')",
+                "(a different torch makes `import torch_directml` fail with 'undefined symbol')"
+                + _known("torch-replaced"),
                 f"pip install {' '.join(pins)}",
                 details,
             )
@@ -104,7 +109,14 @@ def _directml() -> Check:
         installed = _metadata.version_of("torch-directml") is not None
         status = FAIL if installed else WARN
         fix = None if installed else "pip install torch-directml  (Windows or WSL2)"
-        return Check("directml", status, f"DirectML unavailable: {found.reason}", fix)
+        known = _recognised(found.reason)
+        return Check(
+            "directml",
+            status,
+            f"DirectML unavailable: {found.reason}" + _known(known),
+            fix,
+            {"known_failure": known} if known else None,
+        )
     module = found.module
     adapters = []
     for index, name in enumerate(found.names):
@@ -180,13 +192,35 @@ def _targets(import_them: bool) -> list[Check]:
             "covers it" if covered else f"is for {spec.versions}: runs unpatched"
         )
         status = OK if covered else WARN
+        details: dict[str, Any] = {"spec": spec.name}
         if error is not None and patched.get(module) is None:
             message += f"; plain import fails ({error}), dmlpatch bridges it"
         elif error is not None:
             status = FAIL
-            message += f"; import fails even with dmlpatch: {patched[module]}"
-        checks.append(Check("library", status, message, details={"spec": spec.name}))
+            known = _recognised(patched[module] or "")
+            message += f"; import fails even with dmlpatch: {patched[module]}" + _known(known)
+            if known:
+                details["known_failure"] = known
+        checks.append(Check("library", status, message, details=details))
     return checks
+
+
+def _recognised(said: str) -> Optional[str]:
+    """The catalogue entry an error line shows, if any."""
+    from dmlpatch.gaps import catalogue
+
+    found = catalogue.for_error(said)
+    return found.key if found is not None else None
+
+
+def _known(key: Optional[str]) -> str:
+    """`` (known failure KEY: what to do)`` for a message, or nothing."""
+    if key is None:
+        return ""
+    from dmlpatch.gaps import catalogue
+
+    failure = catalogue.get(key)
+    return f" (known failure {key}; {failure.fix}: {failure.remedy})"
 
 
 def _top_level(spec: Any) -> str:
