@@ -483,3 +483,68 @@ def test_cpu_ops_sends_the_convolution_to_the_cpu_counted(
     assert line["at"] == f"{script}:7"
     assert line["fallbacks"] == ["aten::convolution_overrideable"]
     assert "UserWarning" not in result.err  # the user asked for it: no DirectML warning
+
+
+# -- what a program is told, under every entry point -------------------------------------------
+
+PLAIN_CPU = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    loss = model(torch.randn(16, 32)).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("loss", round(loss.item(), 4))
+"""
+
+CUDA_STYLE = """
+import torch
+import torch.nn as nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Linear(8, 2).to(device)
+print("on", model(torch.randn(4, 8, device=device)).device)
+"""
+
+
+def _entry(tmp_path: Path, script: Path, entry: str) -> Any:
+    """The script under the runner, ``import dmlpatch.auto`` or an activated environment."""
+    if entry == "runner":
+        return run_python(["-m", "dmlpatch", "--device", "sim", script.name], cwd=tmp_path)
+    if entry == "auto":
+        script.write_text("import dmlpatch.auto\n" + script.read_text())
+    env = clean_env(DMLPATCH_DEVICE="sim")
+    if entry == "activated":  # what the .pth of `dmlpatch activate` runs, at start-up
+        env["PYTHONPATH"] = CHILD
+    return run_python([script.name], cwd=tmp_path, env=env)
+
+
+@pytest.mark.parametrize("entry", ["runner", "auto", "activated"])
+def test_a_program_that_never_asks_for_cuda_is_told_nothing(
+    tmp_path: Path, write: Callable[[str, str], Path], entry: str
+) -> None:
+    script = write("train.py", PLAIN_CPU)
+    plain = run_python([script.name], cwd=tmp_path)
+    result = _entry(tmp_path, script, entry)
+    assert result.code == 0, result.err
+    assert result.out == plain.out
+    assert result.err == ""
+
+
+@pytest.mark.parametrize("entry", ["runner", "auto", "activated"])
+def test_the_running_line_is_the_same_under_every_entry_point(
+    tmp_path: Path, write: Callable[[str, str], Path], entry: str
+) -> None:
+    script = write("train.py", CUDA_STYLE)
+    result = _entry(tmp_path, script, entry)
+    assert result.code == 0, result.err
+    assert result.out == "on privateuseone:0\n"
+    assert result.err_lines == [
+        "dmlpatch: running on privateuseone:0 (Simulated Radeon (discrete)): requested sim: "
+        "simulated DirectML device, profile torch-directml-0.2.5"
+    ]

@@ -122,6 +122,18 @@ def section() -> Optional[dict[str, Any]]:
     return _section
 
 
+def _asked(found: dict[str, Any]) -> bool:
+    """Whether the program asked for the accelerator: a rewritten site or fix handed it out,
+    some compute ran there, or a CUDA site that dmlpatch did not rewrite chose the CPU. A
+    program that never mentions CUDA is told nothing about where its CPU compute ran."""
+    from dmlpatch.devices import announce
+
+    if announce.handed_out() or found["on_device"]["calls"]:
+        return True
+    cause = found.get("likely_cause") or {}
+    return cause.get("kind") == "not-rewritten"
+
+
 def _warn_at_exit() -> None:
     if os.environ.get(QUIET_VAR) == "1" or os.environ.get("LOCAL_RANK", "0") != "0":
         return
@@ -131,6 +143,8 @@ def _warn_at_exit() -> None:
     from dmlpatch.placement import summary
 
     found = section()
-    line = summary.exit_warning(found, sys.argv) if found is not None else None
+    if found is None or not _asked(found):
+        return
+    line = summary.exit_warning(found, sys.argv)
     if line is not None:
         log.say(f"warning: {line}")
