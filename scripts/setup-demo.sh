@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# What the demo runs, and nothing more: .venv with torch, numpy, ninja (the simulated device's
+# build) and dmlpatch (editable). scripts/setup.sh adds the rest: the torch the suite pins, the
+# test tools and the target libraries.
+# The demo's torch is DMLPATCH_TORCH (default torch==2.13.0, whose CPU build pip takes from this
+# machine's wheel directory: about 200 MB, where the suite's torch 2.14.1 is a 5.5 GB CUDA
+# build); a torch already in .venv is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TORCH=${DMLPATCH_TORCH:-torch==2.13.0}
+START=$SECONDS
+
+step() { printf '[set-up %3ds] %s\n' "$((SECONDS - START))" "$*"; }
+
+# pip's own progress, one line per package (its --quiet says nothing for minutes).
+pip_install() {
+  .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off "$@" 2>&1 |
+    awk '/^(Collecting|Installing collected|Successfully installed)|ERROR|[Ee]rror:/ {
+           print "           " $0; fflush() }'
+}
+
+if [ ! -x .venv/bin/python ]; then
+  step "creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c "import torch, numpy" >/dev/null 2>&1; then
+  step "installing $TORCH and numpy (the longest step)"
+  # shellcheck disable=SC2086  # DMLPATCH_TORCH may name several requirements
+  pip_install $TORCH numpy
+fi
+if ! .venv/bin/python -c "import dmlpatch, ninja" >/dev/null 2>&1; then
+  step "installing dmlpatch (editable) and ninja"
+  pip_install -e . ninja
+fi
+.venv/bin/python -c "import torch, dmlpatch, ninja" || { step "set-up failed (see above)"; exit 1; }
+step "ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"
