@@ -13,25 +13,36 @@ START=$SECONDS
 
 step() { printf '[set-up %3ds] %s\n' "$((SECONDS - START))" "$*"; }
 
-# pip's own progress, one line per package (its --quiet says nothing for minutes).
+# pip's own progress, one line per package (its --quiet says nothing for minutes). A new .venv
+# is made without pip (ensurepip is a tenth of the set-up) and filled by this Python's pip;
+# scripts/setup.sh gives it its own pip.
 pip_install() {
-  .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off "$@" 2>&1 |
+  local pip=(.venv/bin/python -m pip)
+  if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+    pip=("$PYTHON" -m pip --python .venv/bin/python)
+  fi
+  "${pip[@]}" install --disable-pip-version-check --progress-bar off "$@" 2>&1 |
     awk '/^(Collecting|Installing collected|Successfully installed)|ERROR|[Ee]rror:/ {
            print "           " $0; fflush() }'
 }
 
 if [ ! -x .venv/bin/python ]; then
   step "creating .venv"
-  "$PYTHON" -m venv .venv
+  "$PYTHON" -m venv --without-pip .venv
 fi
-if ! .venv/bin/python -c "import torch, numpy" >/dev/null 2>&1; then
-  step "installing $TORCH and numpy (the longest step)"
+if ! .venv/bin/python -c "import torch, numpy, ninja, hatchling" >/dev/null 2>&1; then
+  step "installing $TORCH, numpy and the build tools (the longest step)"
+  # Byte-compiling all of torch at install time costs more than the demo's imports of it; the
+  # suite's torch (DMLPATCH_TORCH, from scripts/setup.sh) is compiled: tests start hundreds of
+  # processes that must not compile torch each time.
+  compile=--no-compile
+  [ -n "${DMLPATCH_TORCH:-}" ] && compile=--compile
   # shellcheck disable=SC2086  # DMLPATCH_TORCH may name several requirements
-  pip_install $TORCH numpy
+  pip_install "$compile" $TORCH numpy ninja hatchling
 fi
-if ! .venv/bin/python -c "import dmlpatch, ninja" >/dev/null 2>&1; then
-  step "installing dmlpatch (editable) and ninja"
-  pip_install -e . ninja
+if ! .venv/bin/python -c "import dmlpatch" >/dev/null 2>&1; then
+  step "installing dmlpatch (editable)"
+  pip_install --no-build-isolation -e .
 fi
 .venv/bin/python -c "import torch, dmlpatch, ninja" || { step "set-up failed (see above)"; exit 1; }
 step "ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"

@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # A fresh .venv gets the suite's torch at once (not the demo's, then this one).
 DMLPATCH_TORCH="torch==2.14.1 torchvision==0.29.1" bash scripts/setup-demo.sh
+# The demo's .venv has no pip of its own.
+.venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip --upgrade >/dev/null
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
   "torch==2.14.1" "torchvision==0.29.1"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
