@@ -30,7 +30,7 @@ if [ ! -x .venv/bin/python ]; then
   step "creating .venv"
   "$PYTHON" -m venv --without-pip .venv
 fi
-if ! .venv/bin/python -c "import torch, numpy, ninja, hatchling" >/dev/null 2>&1; then
+if ! .venv/bin/python -c "import torch, numpy, ninja, hatchling, editables" >/dev/null 2>&1; then
   step "installing $TORCH, numpy and the build tools (the longest step)"
   # Byte-compiling all of torch at install time costs more than the demo's imports of it; the
   # suite's torch (DMLPATCH_TORCH, from scripts/setup.sh) is compiled: tests start hundreds of
@@ -38,7 +38,7 @@ if ! .venv/bin/python -c "import torch, numpy, ninja, hatchling" >/dev/null 2>&1
   compile=--no-compile
   [ -n "${DMLPATCH_TORCH:-}" ] && compile=--compile
   # shellcheck disable=SC2086  # DMLPATCH_TORCH may name several requirements
-  pip_install "$compile" $TORCH numpy ninja hatchling
+  pip_install "$compile" $TORCH numpy ninja hatchling editables
 fi
 if ! .venv/bin/python -c "import dmlpatch" >/dev/null 2>&1; then
   step "installing dmlpatch (editable)"
