@@ -42,7 +42,9 @@ if ! .venv/bin/python -c "import torch, numpy, ninja, hatchling, editables" >/de
 fi
 if ! .venv/bin/python -c "import dmlpatch" >/dev/null 2>&1; then
   step "installing dmlpatch (editable)"
-  pip_install --no-build-isolation -e .
+  # Its requirements (torch, packaging, filelock) came with the step above.
+  pip_install --no-build-isolation --no-deps -e .
 fi
-.venv/bin/python -c "import torch, dmlpatch, ninja" || { step "set-up failed (see above)"; exit 1; }
-step "ready: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')"
+ready=$(.venv/bin/python -c 'import dmlpatch, ninja, torch; print("torch", torch.__version__)') ||
+  { step "set-up failed (see above)"; exit 1; }
+step "ready: $ready"
