@@ -19,7 +19,11 @@ step() { printf '[set-up %3ds] %s\n' "$((SECONDS - START))" "$*"; }
 pip_install() {
   local pip=(.venv/bin/python -m pip)
   if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
-    pip=("$PYTHON" -m pip --python .venv/bin/python)
+    if "$PYTHON" -m pip install --help 2>/dev/null | grep -q -- '--python'; then
+      pip=("$PYTHON" -m pip --python .venv/bin/python)
+    else  # a pip before 22.3 cannot fill another environment: give .venv its own
+      .venv/bin/python -m ensurepip --upgrade >/dev/null
+    fi
   fi
   "${pip[@]}" install --disable-pip-version-check --progress-bar off "$@" 2>&1 |
     awk '/^(Collecting|Installing collected|Successfully installed)|ERROR|[Ee]rror:/ {
