@@ -49,7 +49,7 @@ def resolved(chosen: Resolution) -> None:
 def resolved_when_asked(chosen: Resolution) -> None:
     """An activated environment's line: only once a CUDA site asks for the device."""
     global _announced
-    if _announced:
+    if _announced or _worker():
         return
     _announced = True
     if not chosen.patches_needed:
@@ -59,6 +59,22 @@ def resolved_when_asked(chosen: Resolution) -> None:
     else:
         where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
         on_first_use(f"running on {where}: {chosen.why}")
+
+
+def resolved_unless_worker(chosen: Resolution) -> None:
+    """``import dmlpatch.auto``'s line: the runner's, said by the program's own process (its
+    spawned workers run the script again, and the import with it)."""
+    if not _worker():
+        resolved(chosen)
+
+
+def _worker() -> bool:
+    """Whether this process is a multiprocessing child (DataLoader workers, spawned ranks):
+    the process that started it speaks for the program."""
+    import sys
+
+    multiprocessing = sys.modules.get("multiprocessing")
+    return multiprocessing is not None and multiprocessing.parent_process() is not None
 
 
 def rank_zero_worker() -> bool:
