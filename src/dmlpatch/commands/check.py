@@ -323,7 +323,12 @@ def judge(
     if error is not None and refused:
         first = _first_refused(refused, counters)
         where = f" at {first.first_call}" if first.first_call else ""
-        known = f" (known failure {first.known_failure})" if first.known_failure else ""
+        known = ""
+        if first.known_failure:
+            from dmlpatch.gaps import catalogue
+
+            entry = catalogue.get(first.known_failure.split("/")[0])
+            known = f" (known failure {first.known_failure}; {entry.fix}: {entry.remedy})"
         return Outcome(1, "fails", f"would fail: {first.op}{where}{known}", first.known_failure)
     if divergence is not None:
         where = first_frame("".join(traceback.format_list(list(divergence.stack))))
