@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) with torch, torchvision and dmlpatch (editable, with test tools).
+# Creates .venv (if missing) with what the test suite runs: the demo's set-up, then torch and
+# torchvision at the suite's pin, the test tools and the target libraries.
 # torch 2.14.1 + torchvision 0.29.1 are the pair that installs together here; dmlpatch itself
 # supports torch >= 2.4.1 (torch-directml's pin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
+# A fresh .venv gets the suite's torch at once (not the demo's, then this one).
+DMLPATCH_TORCH="torch==2.14.1 torchvision==0.29.1" bash scripts/setup-demo.sh
+# The demo's .venv has no pip of its own.
+.venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip --upgrade >/dev/null
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
   "torch==2.14.1" "torchvision==0.29.1"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"

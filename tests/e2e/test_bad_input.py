@@ -266,6 +266,16 @@ CASES = [
         cache=TORCH_RUNS,
     ),
     Case(
+        "cpu-ops-composite",
+        ("--device", "sim", TORCH_OK),
+        2,
+        r"DMLPATCH_CPU_OPS: aten::linear never reaches the device: PyTorch composes it of other "
+        r"operators; name those instead \(aten::addmm, aten::mm\)",
+        {"DMLPATCH_CPU_OPS": "aten::linear"},
+        needs=frozenset({SIM}),
+        cache=TORCH_RUNS,
+    ),
+    Case(
         "cache-dir-is-a-file",
         ("--device", "cpu", OK),
         0,

@@ -289,16 +289,21 @@ def test_auto_keeps_the_programs_traceback_and_exit_status(
         encoding="utf-8",
     )
     env = clean_env(DMLPATCH_DEVICE="sim")
+    running = (
+        "dmlpatch: running on privateuseone:0 (Simulated Radeon (discrete)): requested sim: "
+        "simulated DirectML device, profile torch-directml-0.2.5"
+    )
     failed = run_python([str(script)], python=python, env=env)
     assert failed.code == 1
     assert failed.err_lines == [
+        running,  # the program asked for CUDA and got the device: said as the runner says it
         "Traceback (most recent call last):",
         f'  File "{script}", line 7, in <module>',
         "    raise ValueError(f'failed on {device}')",
         "ValueError: failed on privateuseone:0",
     ]
     exited = run_python([str(script), "exit"], python=python, env=env)
-    assert (exited.code, exited.err_lines) == (1, ["bye from privateuseone:0"])
+    assert (exited.code, exited.err_lines) == (1, [running, "bye from privateuseone:0"])
 
 
 LIBRARY = {

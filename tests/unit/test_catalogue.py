@@ -326,3 +326,20 @@ def test_readme_shows_the_catalogue_as_generated() -> None:
 def test_summary_counts() -> None:
     line = catalogue.summary()
     assert line.startswith(f"{len(catalogue.FAILURES)} known torch-directml failures: ")
+
+
+def test_every_text_names_its_entry_from_an_error() -> None:
+    import re
+
+    for failure in catalogue.FAILURES:
+        if not failure.text:
+            continue
+        said = re.sub(r"<[a-z]+>", "5", failure.text).replace("...", "/lib/x")
+        found = catalogue.for_error(said)
+        assert found is not None and found.key == failure.key, (failure.key, said)
+        # Quoted inside a longer line (doctor's probes wrap what they caught).
+        quoted = catalogue.for_error(f"it failed ({said}); see above")
+        assert quoted is not None and quoted.key == failure.key
+    assert catalogue.for_error("RuntimeError: Expected all tensors on the same device") is None
+    assert catalogue.for_error("RuntimeError: Invalid or unsupported data type Float.") is None
+    assert catalogue.for_error("") is None

@@ -768,6 +768,41 @@ def for_gap(op: str, how: str, error: Optional[str] = None) -> tuple[Failure, ..
     return tuple(candidates)
 
 
+#: What the simulated device raises for an entry whose DirectML text no report pins down.
+_EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Interrupt): ")
+#: A stretch of text this short could be anything's.
+_SHORTEST = 12
+
+
+def _stretches(text: str) -> list[str]:
+    """The verbatim parts of an entry's text, without its exception name."""
+    body = _EXCEPTION_NAME.sub("", text, count=1)
+    return [part for part in _PLACEHOLDER.split(body) if part.strip()]
+
+
+def _shows(said: str, text: str) -> bool:
+    stretches = _stretches(text)
+    if sum(len(part) for part in stretches) < _SHORTEST:
+        return False
+    at = 0
+    for part in stretches:
+        found = said.find(part, at)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
+
+
+def for_error(said: str) -> Optional[Failure]:
+    """The entry an error shows: every verbatim stretch of its text appears in ``said``, in
+    order. ``said`` is an exception's first line (``RuntimeError: ...``) or a line that quotes
+    one."""
+    for failure in FAILURES:
+        if failure.text and _shows(said, failure.text):
+            return failure
+    return None
+
+
 def table(markdown: bool = False) -> str:
     """The catalogue as a table: Markdown for the README, aligned text for the terminal."""
     header = ("failure", "DirectML says", "reported", "simulator", "dmlpatch")

@@ -175,6 +175,7 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
     if not resolution.patches_needed:
         return spec
     if not resolution.is_accelerator:
+        _announce.device_used()
         return "cpu"
     target = f"{resolution.type}:{_target_index(ordinal)}"
     _announce.device_used()

@@ -46,6 +46,12 @@ def startup(device: Optional[str] = None, main: bool = True) -> None:
     hook.when_imported("torch", first_backward.arm)
     if announce.rank_zero_worker():
         resolution.when_resolved(announce.resolved)
+    elif os.environ.get(announce.RANK_ZERO_VAR) != "1" and "LOCAL_RANK" not in os.environ:
+        # Not a child of the runner (whose line the runner says): import dmlpatch.auto says
+        # what the runner would; an activated process speaks when a CUDA site asks.
+        resolution.when_resolved(
+            announce.resolved_when_asked if main else announce.resolved_unless_worker
+        )
     spawn_main.install()
     destination = os.environ.get(REPORT_VAR)
     if destination:
