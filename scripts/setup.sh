@@ -24,6 +24,12 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   openai-whisper==20250625 transformers==4.57.6 diffusers==0.35.2 accelerate==1.11.0 \
   sentence-transformers==5.1.2
+# Import hooks that rewrite code (tests/e2e/test_test_suites.py) beside the venv: their pytest
+# plugins would otherwise load in every session of this suite.
+if [ ! -d .cache/import-hooks/typeguard ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/import-hooks typeguard==4.6.1 jaxtyping==0.3.11 wadler-lindig==0.1.8
+fi
 # The early-2024 ultralytics line for the version-gate tests, beside the venv.
 if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \

@@ -165,6 +165,21 @@ class Discovery:
             return AS_WRITTEN
         return RUNTIME
 
+    def has_sites(self, fullname: str, origin: str) -> bool:
+        """Whether the module would be rewritten by its sites, told without saying anything."""
+        directory = os.path.dirname(origin)
+        index = self._directories.get((directory, fullname.partition(".")[0]), _UNKNOWN)
+        if index is _UNKNOWN:
+            index = self._index_for(fullname, origin, directory)
+        if index is None or self._leave(fullname) is not None:
+            return False
+        try:
+            status = os.stat(origin)
+        except OSError:
+            return False
+        stamp = (status.st_mtime_ns, status.st_size)
+        return bool((index.get(origin, stamp) or self._examine(index, origin, stamp)).sites)
+
     def _leave(self, fullname: str) -> Optional[Leave]:
         for leave in self.leaves:
             if fullname == leave.prefix or fullname.startswith(leave.prefix + "."):
