@@ -24,6 +24,9 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   openai-whisper==20250625 transformers==4.57.6 diffusers==0.35.2 accelerate==1.11.0 \
   sentence-transformers==5.1.2
+# Objects with their own .cuda()/.to() (tests/e2e/libraries/test_own_to.py), torch kept too.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  spandrel==0.4.2 torchmetrics==1.9.0
 # Import hooks that rewrite code (tests/e2e/test_test_suites.py) beside the venv: their pytest
 # plugins would otherwise load in every session of this suite.
 if [ ! -d .cache/import-hooks/typeguard ]; then

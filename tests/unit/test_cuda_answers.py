@@ -300,3 +300,51 @@ def test_accelerator_off_directml_is_torch_s(on) -> None:
     assert api.is_available() == torch.accelerator.is_available()
     assert api.device_count() == torch.accelerator.device_count()
     assert api.current_accelerator() == torch.accelerator.current_accelerator()
+
+
+# -- .cuda() on objects with their own to() ----------------------------------------------------
+
+
+class _Descriptor:
+    """Like spandrel's ModelDescriptor: ``to(device, dtype)`` and nothing else."""
+
+    def __init__(self) -> None:
+        self.moved: list[tuple[Any, ...]] = []
+
+    def to(self, device: Any = None, dtype: Any = None) -> _Descriptor:
+        self.moved.append((device, dtype))
+        return self
+
+    def cuda(self, device: Any = None) -> _Descriptor:
+        raise AssertionError("its own cuda() reaches CUDA")
+
+
+class _Loose:
+    def __init__(self) -> None:
+        self.moved: list[tuple[Any, dict[str, Any]]] = []
+
+    def to(self, *args: Any, **kwargs: Any) -> _Loose:
+        self.moved.append((args, kwargs))
+        return self
+
+
+def test_cuda_of_an_object_with_its_own_to_passes_what_it_takes(on) -> None:
+    on(accelerator(0, 1))
+    target = torch.device("privateuseone", 1)
+    descriptor = _Descriptor()
+    assert runtime.cuda(descriptor) is descriptor
+    assert runtime.cuda(descriptor, 1, non_blocking=True) is descriptor
+    assert descriptor.moved == [(torch.device("privateuseone", 0), None), (target, None)]
+    loose = _Loose()
+    runtime.cuda(loose, "cuda:1", True)
+    assert loose.moved == [((target,), {"non_blocking": True})]
+
+
+def test_cuda_on_a_cuda_gpu_is_the_object_s_own(on) -> None:
+    on(accelerator(0)._replace(backend="cuda", type="cuda"))
+    with pytest.raises(AssertionError, match="its own cuda"):
+        runtime.cuda(_Descriptor())
+    on(cpu())
+    descriptor = _Descriptor()
+    runtime.cuda(descriptor)
+    assert descriptor.moved == [(torch.device("cpu"), None)]

@@ -180,21 +180,45 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
     return target
 
 
-def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
-    """``obj.cuda(...)`` in a target → ``obj.to(target)``; other objects keep their own ``cuda``.
+def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """``obj.cuda(...)`` in a target → ``obj.to(target)``; an object without ``to`` keeps its own
+    ``cuda``.
 
-    Keywords throughout: ``UntypedStorage.to`` accepts only ``device=`` / ``non_blocking=``.
+    Tensors, modules and storages get keywords (``UntypedStorage.to`` accepts only ``device=`` /
+    ``non_blocking=``). Any other object with its own ``to`` (spandrel's ``ModelDescriptor``,
+    ``PackedSequence``, transformers' ``BatchEncoding``, a user's container) gets the device as
+    its first argument, as each documents it, and of the program's other arguments only those
+    its ``to`` accepts: it moves as its own ``cuda()`` would have moved it to a GPU.
     """
     mover = getattr(obj, "to", None)
     if mover is None or not _resolution.current().patches_needed:
-        return obj.cuda(device, non_blocking=non_blocking, **kwargs)
+        return obj.cuda(*args, **kwargs)
     import torch
 
+    options = dict(kwargs)
+    spec = args[0] if args else options.pop("device", None)
+    if len(args) > 1:
+        options["non_blocking"] = args[1]
     # A torch.device, not its string: torch 2.4's UntypedStorage.to reads `device.type`.
-    target = torch.device(globals()["device"](device if device is not None else "cuda"))
+    target = torch.device(globals()["device"](spec if spec is not None else "cuda"))
     if isinstance(obj, torch.nn.Module):
         return mover(device=target)
-    return mover(device=target, non_blocking=non_blocking, **kwargs)
+    if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
+        return mover(device=target, **options)
+    return mover(target, **_accepted(mover, options))
+
+
+def _accepted(function: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``options`` that ``function`` takes (all, with ``**kwargs``)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the device alone
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return options
+    return {name: value for name, value in options.items() if name in parameters}
 
 
 def inference_mode(mode: Any = True) -> Any:

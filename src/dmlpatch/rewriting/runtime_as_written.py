@@ -49,9 +49,9 @@ def device(spec: Any = "cuda") -> Any:
     return spec
 
 
-def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
     """``obj.cuda(...)``, unchanged."""
-    return obj.cuda(device, non_blocking=non_blocking, **kwargs)
+    return obj.cuda(*args, **kwargs)
 
 
 def inference_mode(mode: Any = True) -> Any:
