@@ -154,8 +154,9 @@ _SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"acceler
 #: it, so neither outlives the rules that made it (2: ``torch.inference_mode`` sites; 3: the
 #: CUDA API, legacy types and AMP; 4: what functions named for a device return; 5: only
 #: functions whose names end in device or device_name; 6: CUDA chosen against another device
-#: or by its availability, whatever the name, and torch.load without map_location).
-GENERATION = 6
+#: or by its availability, whatever the name, and torch.load without map_location; 7: per
+#: function "first do no harm", the RNG family, nvtx and CUDA graphs).
+GENERATION = 7
 
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:

@@ -23,6 +23,9 @@ from dmlpatch.devices import resolution as _resolution
 
 #: The name under which rewritten modules see this module.
 ALIAS = "__dmlpatch__"
+#: The name under which they see ``dmlpatch.rewriting.runtime_as_written``, for the functions
+#: that keep CUDA's meaning (see ``dmlpatch.rewriting.sites``).
+KEPT_ALIAS = "__dmlpatch_kept__"
 
 _CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
 
@@ -36,8 +39,6 @@ CUDA_FUNCTIONS = frozenset(
         "get_device_name",
         "synchronize",
         "empty_cache",
-        "manual_seed",
-        "manual_seed_all",
     }
 )
 
@@ -45,19 +46,19 @@ CUDA_FUNCTIONS = frozenset(
 #: work, answer "nothing", or switch themselves off, exactly as under plain python (checked on
 #: torch 2.4.1 and 2.14.1). ``amp`` is one: its autocast and GradScaler calls are sites of their
 #: own. Names in ``cuda_api.NAMES`` are answered there. Any other ``torch.cuda`` name in a
-#: module with device sites would fail once its sites say "CUDA is available" (``Found no
-#: NVIDIA driver``), so such a module is left unrewritten (see ``dmlpatch.rewriting.discovery``).
+#: function with device sites would fail once its sites say "CUDA is available" (``Found no
+#: NVIDIA driver``), so such a function keeps CUDA's meaning (see ``dmlpatch.rewriting.sites``).
 HARMLESS_CUDA_NAMES = frozenset(
     {
         "amp",
         "OutOfMemoryError",
         "is_initialized",
         "get_arch_list",
-        "seed",
-        "seed_all",
-        "get_rng_state_all",
-        "set_rng_state",
-        "set_rng_state_all",
+        "CudaError",
+        "DeferredCudaCallError",
+        "has_half",
+        "has_magma",
+        "get_gencode_flags",
     }
 )
 
@@ -141,24 +142,11 @@ def synchronize(device: Any = None) -> None:
 
 
 def empty_cache() -> None:
-    """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA."""
+    """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA (torch-directml's
+    allocator keeps no cache to empty from Python)."""
     cuda_module = _cuda()
     if cuda_module is not None:
         cuda_module.empty_cache()
-
-
-def manual_seed(seed: int) -> None:
-    """``torch.cuda.manual_seed`` in a target: CUDA defers it without a GPU, so do nothing."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        cuda_module.manual_seed(seed)
-
-
-def manual_seed_all(seed: int) -> None:
-    """``torch.cuda.manual_seed_all`` in a target: as :func:`manual_seed`."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        cuda_module.manual_seed_all(seed)
 
 
 def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
