@@ -27,6 +27,14 @@ fi
 # Objects with their own .cuda()/.to() (tests/e2e/libraries/test_own_to.py), torch kept too.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   spandrel==0.4.2 torchmetrics==1.9.0
+# The newest transformers 5 beside the venv (tests/e2e/libraries/test_hf_stack.py), with the
+# huggingface-hub, tokenizers and HTTP client it needs that the venv's 4.57 does not; the
+# venv's torch, accelerate and the rest serve both (no dependency resolution: none replaced).
+if [ ! -d .cache/transformers-5.24.0/transformers ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/transformers-5.24.0 transformers==5.24.0 huggingface-hub==2.4.0 \
+    tokenizers==0.23.3 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
+fi
 # Import hooks that rewrite code (tests/e2e/test_test_suites.py) beside the venv: their pytest
 # plugins would otherwise load in every session of this suite.
 if [ ! -d .cache/import-hooks/typeguard ]; then

@@ -418,3 +418,14 @@ def test_peers_device_of_and_nested_statistics(on) -> None:
     with cuda_api.device_of(tensor):
         assert runtime.current_device() == 1
     assert runtime.current_device() == 0
+
+
+def test_answered_classes_stay_classes_for_annotations_and_isinstance(on) -> None:
+    """transformers 5 annotates ``def get_graph(...) -> torch.cuda.CUDAGraph | None`` at import."""
+    on(accelerator(0))
+    for name in ("CUDAGraph", "graph", "StreamContext", "Stream", "Event", "device"):
+        answer = getattr(cuda_api, name)
+        assert isinstance(answer, type) and (answer | None) is not None
+        assert not isinstance(object(), answer)
+    on(cpu())
+    assert isinstance(cuda_api.StreamContext(None), torch.cuda.StreamContext)

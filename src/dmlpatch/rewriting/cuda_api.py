@@ -601,11 +601,33 @@ def stream(stream: Any) -> Any:
     return _StreamContext()
 
 
-def StreamContext(stream: Any) -> Any:
+class _TorchsOffTarget(type):
+    """A class standing for torch.cuda's class of the same name: called, it is torch's off the
+    DirectML target and ``on_target(...)`` on it; ``isinstance`` asks torch's class too. A class,
+    not a function, so annotations (``torch.cuda.CUDAGraph | None``), ``isinstance`` and
+    subclassing work wherever the name is used."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if _target() is None:
+            return _cuda(cls.__name__)(*args, **kwargs)
+        return cls.on_target(*args, **kwargs)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if type.__instancecheck__(cls, instance):
+            return True
+        own = _cuda(cls.__name__)
+        return isinstance(own, type) and isinstance(instance, own)
+
+    def on_target(cls, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+class StreamContext(metaclass=_TorchsOffTarget):
     """``torch.cuda.StreamContext(s)``: as :func:`stream`."""
-    if _target() is None:
-        return _cuda("StreamContext")(stream)
-    return _StreamContext()
+
+    @classmethod
+    def on_target(cls, stream: Any = None) -> Any:
+        return _StreamContext()
 
 
 def set_stream(stream: Any) -> None:
@@ -624,23 +646,34 @@ def is_current_stream_capturing() -> bool:
 # -- CUDA graphs ----------------------------------------------------------------------------------
 
 
-def _no_graphs(name: str) -> Callable[..., Any]:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        if _target() is None:
-            return _cuda(name)(*args, **kwargs)
-        raise RuntimeError(
-            f"torch.cuda.{name}: CUDA graphs have no DirectML counterpart (nothing replays a "
-            "captured graph there); run the program without CUDA graphs, or on a CUDA GPU"
-        )
-
-    refuse.__name__ = refuse.__qualname__ = name
-    refuse.__doc__ = f"``torch.cuda.{name}``: a clear error on DirectML."
-    return refuse
+def _no_graphs(name: str) -> RuntimeError:
+    return RuntimeError(
+        f"torch.cuda.{name}: CUDA graphs have no DirectML counterpart (nothing replays a "
+        "captured graph there); run the program without CUDA graphs, or on a CUDA GPU"
+    )
 
 
-CUDAGraph = _no_graphs("CUDAGraph")
-graph = _no_graphs("graph")
-graph_pool_handle = _no_graphs("graph_pool_handle")
+class CUDAGraph(metaclass=_TorchsOffTarget):
+    """``torch.cuda.CUDAGraph()``: a clear error on DirectML."""
+
+    @classmethod
+    def on_target(cls, *args: Any, **kwargs: Any) -> Any:
+        raise _no_graphs("CUDAGraph")
+
+
+class graph(metaclass=_TorchsOffTarget):
+    """``with torch.cuda.graph(g):``: a clear error on DirectML."""
+
+    @classmethod
+    def on_target(cls, *args: Any, **kwargs: Any) -> Any:
+        raise _no_graphs("graph")
+
+
+def graph_pool_handle() -> Any:
+    """A clear error on DirectML."""
+    if _target() is None:
+        return _cuda("graph_pool_handle")()
+    raise _no_graphs("graph_pool_handle")
 
 
 def make_graphed_callables(callables: Any, *args: Any, **kwargs: Any) -> Any:
