@@ -159,6 +159,18 @@ def test_site_records_position_kind_and_original_text() -> None:
             "if not torch.cuda.is_available():\n    d = 'cpu'\nelse:\n    d = 'cuda:0'",
             [("is_available", "torch.cuda.is_available()"), ("device_literal", "'cuda:0'")],
         ),
+        (
+            "DEVICES = ['cpu']\nif torch.cuda.is_available():\n    DEVICES.append('cuda')",
+            [("is_available", "torch.cuda.is_available()"), ("device_literal", "'cuda'")],
+        ),
+        (
+            "if torch.cuda.device_count() > 1:\n    devices += ['cuda:0', 'cuda:1']",
+            [
+                ("cuda_api", "torch.cuda.device_count()"),
+                ("device_literal", "'cuda:0'"),
+                ("device_literal", "'cuda:1'"),
+            ],
+        ),
         ("from torch import accelerator", [("accelerator", "from torch import accelerator")]),
     ],
 )
@@ -176,6 +188,7 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "log.info('moving to cuda:0')",
         "names = {'cuda': 1}",
         "torch.cuda.get_arch_list()",
+        "if use_gpu:\n    backends.append('cuda')",
         "torch.cuda.is_initialized()",
         "torch.cuda.is_available",
         "backend = 'cuda'",

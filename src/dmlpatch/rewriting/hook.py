@@ -155,7 +155,8 @@ _SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"acceler
 #: CUDA API, legacy types and AMP; 4: what functions named for a device return; 5: only
 #: functions whose names end in device or device_name; 6: CUDA chosen against another device
 #: or by its availability, whatever the name, and torch.load without map_location; 7: per
-#: function "first do no harm", the RNG family, nvtx and CUDA graphs).
+#: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
+#: under "if torch.cuda.is_available():").
 GENERATION = 7
 
 

@@ -486,11 +486,24 @@ class _Transformer:
 
     def visit_If(self, node: ast.If) -> ast.AST:
         """``if torch.cuda.is_available(): dev = 'cuda'``: assigned under CUDA's availability, a
-        CUDA literal is a device whatever the name."""
+        CUDA literal is a device whatever the name; so is one added to a collection there
+        (``DEVICES.append('cuda')``, ``devices += ['cuda']``, ``devices = ['cpu', 'cuda']``:
+        test suites list the devices they parametrize over), where the condition said yes."""
         if _asks_cuda(node.test):
             for statement in (*node.body, *node.orelse):
-                if isinstance(statement, ast.Assign) and _says_cuda(statement.value):
-                    statement.value = self._device_value(statement.value)
+                if isinstance(statement, (ast.Assign, ast.AugAssign)):
+                    statement.value = self._listed_device(statement.value)
+                elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+                    call = statement.value
+                    call.args = [self._listed_device(arg) for arg in call.args]
+        return node
+
+    def _listed_device(self, node: ast.expr) -> ast.expr:
+        """A CUDA literal, or the CUDA literals of a list, tuple or set display, as devices."""
+        if _says_cuda(node):
+            return self._device_value(node)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            node.elts = [self._device_value(e) if _says_cuda(e) else e for e in node.elts]
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
