@@ -429,3 +429,10 @@ def test_answered_classes_stay_classes_for_annotations_and_isinstance(on) -> Non
         assert not isinstance(object(), answer)
     on(cpu())
     assert isinstance(cuda_api.StreamContext(None), torch.cuda.StreamContext)
+
+
+def test_the_random_submodule_is_the_rng_family(on) -> None:
+    """transformers' Trainer saves ``torch.cuda.random.get_rng_state_all()`` with checkpoints."""
+    on(accelerator(0))
+    assert cuda_api.random.get_rng_state_all()[0].numel() == torch.get_rng_state().numel()
+    assert cuda_api.random.initial_seed() == torch.initial_seed()

@@ -104,6 +104,7 @@ NAMES = frozenset(
         "is_current_stream_capturing",
         "make_graphed_callables",
         "nvtx",
+        "random",
         *_MEMORY_FUNCTIONS,
         *_RNG_FUNCTIONS,
         *_LEGACY_TYPES,
@@ -480,6 +481,28 @@ def initial_seed() -> int:
     if _target() is None:
         return int(_cuda("initial_seed")())
     return int(_generator().initial_seed())
+
+
+class _Random:
+    """``torch.cuda.random``: the RNG family above, by its submodule's name."""
+
+    get_rng_state = staticmethod(get_rng_state)
+    get_rng_state_all = staticmethod(get_rng_state_all)
+    set_rng_state = staticmethod(set_rng_state)
+    set_rng_state_all = staticmethod(set_rng_state_all)
+    manual_seed = staticmethod(manual_seed)
+    manual_seed_all = staticmethod(manual_seed_all)
+    seed = staticmethod(seed)
+    seed_all = staticmethod(seed_all)
+    initial_seed = staticmethod(initial_seed)
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        return getattr(torch.cuda.random, name)
+
+
+random = _Random()
 
 
 # -- streams and events -------------------------------------------------------------------------

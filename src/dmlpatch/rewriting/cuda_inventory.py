@@ -59,6 +59,7 @@ HOW: dict[str, str] = {
     "is_current_stream_capturing": "False: nothing captures a graph",
     "make_graphed_callables": "the callables themselves, run eagerly",
     "nvtx": "ranges and marks do nothing",
+    "random": _RNG,
     "CUDAGraph": "RuntimeError: CUDA graphs have no DirectML counterpart",
     "graph": "RuntimeError: CUDA graphs have no DirectML counterpart",
     "graph_pool_handle": "RuntimeError: CUDA graphs have no DirectML counterpart",

@@ -87,6 +87,8 @@ _CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
 _TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
 _RUNTIME_MODULE = "dmlpatch.rewriting.runtime"
 _AS_WRITTEN_MODULE = "dmlpatch.rewriting.runtime_as_written"
+#: ``from torch.cuda.random import get_rng_state``: imported from ``cuda_api`` instead.
+_ANSWERED_SUBMODULE = "torch.cuda.random"
 _CUDA_API_MODULE = "dmlpatch.rewriting.cuda_api"
 #: Callees of the ``amp`` sites, by the runtime function that takes them.
 _AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
@@ -200,8 +202,12 @@ class _Names:
                     elif node.module == "torch.cuda" and _unanswered(alias.name):
                         names.unanswered[bound] = alias.name
                 if node.module and node.module.startswith("torch.cuda."):
+                    # torch.cuda.random's names are answered under their submodule's
+                    # (cuda_api holds them all); nvtx's are answered only as torch.cuda.nvtx.
                     submodule = node.module.split(".")[2]
-                    if _unanswered(submodule):
+                    if node.module != _ANSWERED_SUBMODULE and (
+                        _unanswered(submodule) or submodule in NAMES
+                    ):
                         for alias in node.names:
                             names.unanswered[alias.asname or alias.name] = submodule
         return names
@@ -374,6 +380,9 @@ class _Transformer:
         ):
             self._site(node, "accelerator")
             node.module = "dmlpatch.rewriting" if self.cuda_api else node.module
+        if node.module == _ANSWERED_SUBMODULE and node.level == 0:
+            self._site(node, "cuda_api")
+            node.module = self.cuda_api or node.module
         if node.module == "torch.cuda" and node.level == 0:
             answered = [alias.name for alias in node.names if alias.name in NAMES]
             if answered:
