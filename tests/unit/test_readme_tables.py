@@ -25,6 +25,11 @@ SUPPORT = {
     "requests-toolbelt": "roboflow imports it",
     "python-dotenv": "roboflow imports it",
     "pillow-avif-plugin": "roboflow imports it",
+    "tokenizers": "the release transformers 5.24 needs, beside it",
+    "httpx2": "transformers 5.24's HTTP client",
+    "httpcore2": "transformers 5.24's HTTP client",
+    "truststore": "transformers 5.24's HTTP client",
+    "wadler-lindig": "jaxtyping imports it",
 }
 #: The module a library's tests import, where it differs from its name.
 MODULES = {"openai-whisper": "whisper", "sentence-transformers": "sentence_transformers"}

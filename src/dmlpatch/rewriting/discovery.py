@@ -18,11 +18,13 @@ index file per top-level package under ``<cache>/discovery``, each valid for one
 ``(mtime_ns, size)`` of its source. A warm process pays one ``stat`` per module in scope; new
 verdicts are written once, at exit.
 
-First do no harm. A module whose sites would say "CUDA is available" but which also calls a
-``torch.cuda`` function the runtime does not answer (``get_rng_state``, ``CUDAGraph``...) would
-fail where plain python ran on the CPU. Such a module keeps CUDA's meaning: its sites call
-``dmlpatch.rewriting.runtime_as_written``, which does what the CUDA calls did and, when the module
-asks whether CUDA is available, says in one line that it stays where plain python puts it.
+First do no harm, per function. A function whose sites would say "CUDA is available" but which
+also uses a ``torch.cuda`` name the runtime does not answer (``jiterator``, ``nccl``...) would
+fail where plain python ran on the CPU. The rewriter routes that function's sites to
+``dmlpatch.rewriting.runtime_as_written``, which does what the CUDA calls did and, when the
+function asks whether CUDA is available, says in one line that it stays where plain python puts
+it; the rest of the module is rewritten. The report lists each such function under
+``kept_as_written``.
 """
 
 from __future__ import annotations
@@ -70,10 +72,12 @@ _KEEP = 512
 
 
 class Verdict(NamedTuple):
-    """What rewriting a source would find: its site count and the unanswered CUDA names."""
+    """What rewriting a source would find: its site count, the unanswered CUDA names, and the
+    functions that keep CUDA's meaning for them (``sites.Rewritten.kept``)."""
 
     sites: int
     unanswered: tuple[str, ...]
+    kept: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 class Leave(NamedTuple):
@@ -88,7 +92,6 @@ class Leave(NamedTuple):
 _UNKNOWN: Any = object()
 
 RUNTIME = "dmlpatch.rewriting.runtime"
-AS_WRITTEN = "dmlpatch.rewriting.runtime_as_written"
 
 
 def parse_scope(text: str) -> str:
@@ -153,17 +156,31 @@ class Discovery:
         except OSError:
             return None
         stamp = (status.st_mtime_ns, status.st_size)
-        sites, unanswered = index.get(origin, stamp) or self._examine(index, origin, stamp)
-        if not sites:
+        verdict = index.get(origin, stamp) or self._examine(index, origin, stamp)
+        if not verdict.sites:
             return None
         leave = self._leave(fullname)
         if leave is not None:
             _say_left(fullname, leave)
             return None
-        if unanswered:
-            _keep_as_written(fullname, unanswered)
-            return AS_WRITTEN
+        if verdict.kept:
+            _keep_as_written(fullname, verdict.kept)
         return RUNTIME
+
+    def has_sites(self, fullname: str, origin: str) -> bool:
+        """Whether the module would be rewritten by its sites, told without saying anything."""
+        directory = os.path.dirname(origin)
+        index = self._directories.get((directory, fullname.partition(".")[0]), _UNKNOWN)
+        if index is _UNKNOWN:
+            index = self._index_for(fullname, origin, directory)
+        if index is None or self._leave(fullname) is not None:
+            return False
+        try:
+            status = os.stat(origin)
+        except OSError:
+            return False
+        stamp = (status.st_mtime_ns, status.st_size)
+        return bool((index.get(origin, stamp) or self._examine(index, origin, stamp)).sites)
 
     def _leave(self, fullname: str) -> Optional[Leave]:
         for leave in self.leaves:
@@ -217,7 +234,7 @@ def _examine(origin: str) -> Optional[Verdict]:
         return Verdict(0, ())  # the normal loader raises the error the program expects
     except RecursionError:
         return Verdict(0, ())
-    return Verdict(len(result.sites), result.unanswered)
+    return Verdict(len(result.sites), result.unanswered, result.kept)
 
 
 def _root_of(fullname: str, origin: str) -> str:
@@ -270,14 +287,21 @@ def _say_left(fullname: str, leave: Leave) -> None:
         )
 
 
-def _keep_as_written(fullname: str, names: tuple[str, ...]) -> None:
+def _keep_as_written(fullname: str, kept: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
     from dmlpatch import report
-    from dmlpatch.rewriting import runtime_as_written
 
-    runtime_as_written.keep(fullname, names)
-    report.record_skip(
-        DISCOVERED, fullname, f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered"
-    )
+    for scope, names in kept:
+        where = fullname if scope == "<module>" else f"{fullname}.{scope}"
+        report.record_skip(
+            DISCOVERED,
+            where,
+            f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered: its sites keep "
+            "CUDA's meaning (the rest of the module is rewritten)",
+        )
+
+
+#: An index entry: the source's ``(mtime_ns, size)``, then its verdict's fields.
+_Entry = tuple[int, int, int, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]
 
 
 class _Index:
@@ -285,8 +309,8 @@ class _Index:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._entries: Optional[dict[str, tuple[int, int, int, tuple[str, ...]]]] = None
-        self._new: dict[str, tuple[int, int, int, tuple[str, ...]]] = {}
+        self._entries: Optional[dict[str, _Entry]] = None
+        self._new: dict[str, _Entry] = {}
         self._lock = _thread.allocate_lock()
 
     def get(self, origin: str, stamp: tuple[int, int]) -> Optional[Verdict]:
@@ -296,10 +320,10 @@ class _Index:
             entry = self._entries.get(origin)
         if entry is None or (entry[0], entry[1]) != stamp:
             return None
-        return Verdict(entry[2], entry[3])
+        return Verdict(entry[2], entry[3], entry[4])
 
     def put(self, origin: str, stamp: tuple[int, int], verdict: Verdict) -> None:
-        entry = (stamp[0], stamp[1], verdict.sites, verdict.unanswered)
+        entry = (stamp[0], stamp[1], verdict.sites, verdict.unanswered, verdict.kept)
         with self._lock:
             if self._entries is not None:
                 self._entries[origin] = entry
@@ -320,7 +344,7 @@ class _Index:
             _prune(os.path.dirname(self.path))
 
 
-def _read(path: str) -> dict[str, tuple[int, int, int, tuple[str, ...]]]:
+def _read(path: str) -> dict[str, _Entry]:
     try:
         with open(path, "rb") as stream:
             data = marshal.load(stream)
@@ -332,7 +356,7 @@ def _read(path: str) -> dict[str, tuple[int, int, int, tuple[str, ...]]]:
     return entries if isinstance(entries, dict) else {}
 
 
-def _write(path: str, entries: dict[str, tuple[int, int, int, tuple[str, ...]]]) -> bool:
+def _write(path: str, entries: dict[str, _Entry]) -> bool:
     from dmlpatch import atomic
 
     try:
