@@ -172,8 +172,8 @@ def _has_complex_literal(source: bytes) -> bool:
 #: functions whose names end in device or device_name; 6: CUDA chosen against another device
 #: or by its availability, whatever the name, and torch.load without map_location; 7: per
 #: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
-#: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic).
-GENERATION = 8
+#: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both sides are numbers).
+GENERATION = 9
 
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:
