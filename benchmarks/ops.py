@@ -1,8 +1,8 @@
 """Cost of each op fix on the simulated device: fixed on the device vs DirectML's CPU-fallback
 path (two copies per call, forced with DMLPATCH_CPU_OPS's kernel) vs the CPU, copies per call;
-what the fixes of DirectML's wrong answers cost the calls it gets right (every mul, sum and
-_to_copy of a device tensor passes through them); and the accounting observer's cost, off
-and on.
+what the fixes of DirectML's wrong answers cost the calls it gets right, before their trigger
+(no bool or uint8 tensor on the device yet) and after it; and the accounting observer's cost,
+off and on.
 
     python benchmarks/ops.py [--repeat N]
 
@@ -159,10 +159,56 @@ def _lstm(d: torch.device) -> tuple[torch.Tensor, ...]:
     return _LSTM_WEIGHTS["w"]
 
 
-def _wrong_answer_rows(dev: torch.device, repeat: int) -> None:
-    """Each fix of a wrong answer serves every call of its operator: the calls DirectML gets
-    right pay a Python call to reach DirectML's own kernel. Side by side with that kernel."""
+def _right_call_rows(dev: torch.device, repeat: int) -> None:
+    """What the fixes of DirectML's wrong answers cost the calls it gets right: DirectML's own
+    kernel (no fixes), the fixes installed while their trigger has not appeared (no bool or
+    uint8 tensor on the device yet: products and sums are DirectML's own), and after it."""
     x, y = torch.randn(64, 64).to(dev), torch.randn(64, 64).to(dev)
+    host = torch.randn(64, 64)
+    destination = torch.empty(64, 64).to(dev)
+    rows: dict[str, Callable[[], Any]] = {
+        "x * y": lambda: x * y,
+        "x.mul_(1.0)": lambda: x.mul_(1.0),
+        "x + y": lambda: x + y,
+        "x.sum(0)": lambda: x.sum(0),
+        "x.mean()": lambda: x.mean(),
+        "x.to(float16)": lambda: x.to(torch.float16),
+        "host.to(device) (_to_copy)": lambda: host.to(dev),
+        "dst.copy_(x)": lambda: destination.copy_(x),
+        "torch.empty(64, 64, device)": lambda: torch.empty(64, 64, device=dev),
+    }
+    times: dict[str, dict[str, list[float]]] = {label: {} for label in rows}
+    for _ in range(3):  # interleaved rounds, the best of each
+        for state in ("directml", "waiting", "armed"):
+            opfix.uninstall()
+            if state != "directml":
+                opfix.install("sim", PROFILE)
+            if state == "armed":
+                opfix.arm_all()
+            for label, call in rows.items():
+                times[label].setdefault(state, []).append(_cpu_time(call, repeat * 5))
+    opfix.uninstall()
+    opfix.install("sim", PROFILE)
+    print(
+        f"\n{'call DirectML gets right':28} {'directml':>9} {'waiting':>9} {'armed':>9}   us/call"
+    )
+    for label, by_state in times.items():
+        own, waiting, armed = (min(by_state[s]) for s in ("directml", "waiting", "armed"))
+        print(f"{label:28} {own:9.2f} {waiting - own:+9.2f} {armed - own:+9.2f}")
+
+
+def _cpu_time(call: Callable[[], Any], repeat: int) -> float:
+    """Microseconds of this process's CPU per call (a busy machine's other work left out)."""
+    call()
+    start = time.process_time()
+    for _ in range(repeat):
+        call()
+    return (time.process_time() - start) / repeat * 1e6
+
+
+def _wrong_answer_rows(dev: torch.device, repeat: int) -> None:
+    """The calls DirectML gets wrong, fixed, beside DirectML's own kernel."""
+    x = torch.randn(64, 64).to(dev)
     mask = (torch.rand(64, 64) > 0.5).to(dev)
     pixels = torch.randint(0, 255, (64, 64), dtype=torch.uint8).to(dev)
     logits, target = torch.randn(64, 1000).to(dev), torch.randint(0, 1000, (64,)).to(dev)
@@ -173,11 +219,8 @@ def _wrong_answer_rows(dev: torch.device, repeat: int) -> None:
         return torch.ops.aten.nll_loss_backward(grad, logits, target, None, 0, -100, total_weight)
 
     rows: dict[str, tuple[Callable[[], Any], str]] = {
-        "x * y (right)": (lambda: x * y, ""),
         "x * mask (wrong: bool)": (lambda: x * mask, ""),
-        "x.sum(0) (right)": (lambda: x.sum(0), ""),
         "uint8 sum (fails)": (lambda: pixels.sum(), "fails"),
-        "x.to(float16) (right)": (lambda: x.to(torch.float16), ""),
         "nll backward none (zeros)": (nll_backward, ""),
     }
     print(f"\n{'wrong-answer fix':26} {'fixed us':>9} {'directml us':>11} {'difference':>10}")
@@ -186,6 +229,7 @@ def _wrong_answer_rows(dev: torch.device, repeat: int) -> None:
         opfix.uninstall()
         own = float("nan") if directml_fails else _time(call, repeat * 5)
         opfix.install("sim", PROFILE)
+        opfix.arm_all()
         shown = "fails" if directml_fails else f"{own:.1f}"
         print(f"{label:26} {fixed:9.1f} {shown:>11} {fixed - own:+10.1f}")
 
@@ -223,6 +267,7 @@ def main() -> None:
             f"{fixed_copies:>5} vs {fallback_copies:<3}"
         )
     library._destroy()
+    _right_call_rows(dev, repeat)
     _wrong_answer_rows(dev, repeat)
 
     a = torch.randn(64, 64, device=dev)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) with torch, torchvision and dmlpatch (editable, with test tools).
+# Creates .venv (if missing) with what the test suite runs: the demo's set-up, then torch and
+# torchvision at the suite's pin, the test tools and the target libraries.
 # torch 2.14.1 + torchvision 0.29.1 are the pair that installs together here; dmlpatch itself
 # supports torch >= 2.4.1 (torch-directml's pin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
+# A fresh .venv gets the suite's torch at once (not the demo's, then this one).
+DMLPATCH_TORCH="torch==2.14.1 torchvision==0.29.1" bash scripts/setup-demo.sh
+# The demo's .venv has no pip of its own.
+.venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip --upgrade >/dev/null
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
   "torch==2.14.1" "torchvision==0.29.1"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
@@ -24,6 +25,27 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   openai-whisper==20250625 transformers==4.57.6 diffusers==0.35.2 accelerate==1.11.0 \
   sentence-transformers==5.1.2
+# Complex numbers and FFTs on the device: Demucs (Ultimate Vocal Remover's models; 4.1 needs no
+# torchaudio) and auraloss (the STFT losses vocoders train with).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  demucs==4.1.0 auraloss==0.4.0
+# Objects with their own .cuda()/.to() (tests/e2e/libraries/test_own_to.py), torch kept too.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  spandrel==0.4.2 torchmetrics==1.9.0
+# The newest transformers 5 beside the venv (tests/e2e/libraries/test_hf_stack.py), with the
+# huggingface-hub, tokenizers and HTTP client it needs that the venv's 4.57 does not; the
+# venv's torch, accelerate and the rest serve both (no dependency resolution: none replaced).
+if [ ! -d .cache/transformers-5.24.0/transformers ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/transformers-5.24.0 transformers==5.24.0 huggingface-hub==2.4.0 \
+    tokenizers==0.23.3 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5
+fi
+# Import hooks that rewrite code (tests/e2e/test_test_suites.py) beside the venv: their pytest
+# plugins would otherwise load in every session of this suite.
+if [ ! -d .cache/import-hooks/typeguard ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/import-hooks typeguard==4.6.1 jaxtyping==0.3.11 wadler-lindig==0.1.8
+fi
 # The early-2024 ultralytics line for the version-gate tests, beside the venv.
 if [ ! -d .cache/ultralytics-8.1.47/ultralytics ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \

@@ -1,6 +1,10 @@
 """dmlpatch: run CUDA-only PyTorch programs and libraries on DirectML, unmodified.
 
 ``import dmlpatch`` is cheap: it imports neither torch, torch-directml nor any target library.
+
+PYTEST_DONT_REWRITE: pytest marks the packages of its plugins (``dmlpatch.pytest_plugin``) for
+assertion rewriting, and under ``python -m dmlpatch -m pytest`` this package is imported before
+pytest starts; the marker keeps pytest from warning that it cannot rewrite it.
 """
 
 from __future__ import annotations

@@ -92,3 +92,9 @@ def distribution_of(top_level_module: str) -> Optional[str]:
 
 def entry_points(group: str) -> list[Any]:
     return list(_metadata().entry_points(group=group))
+
+
+def all_distributions() -> list[Any]:
+    """Every installed distribution on ``sys.path``, in path order (a library installed in two
+    places appears twice, the one that imports first)."""
+    return list(_metadata().distributions())

@@ -6,6 +6,10 @@ import _thread  # threading.Lock and RLock are these; importing threading costs 
 import os
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
+
 _said: set[str] = set()
 _lock = _thread.allocate_lock()
 
@@ -19,7 +23,22 @@ def debug_enabled() -> bool:
     return os.environ.get("DMLPATCH_DEBUG") == "1"
 
 
+#: Where lines go instead of stderr while another tool holds it (pytest's capture would put
+#: them in a test's captured output: see ``dmlpatch.pytest_plugin``).
+_divert: Optional[Callable[[str], None]] = None
+
+
+def divert(sink: Optional[Callable[[str], None]]) -> None:
+    """Hand every line to ``sink`` from now on; None: to stderr again."""
+    global _divert
+    _divert = sink
+
+
 def say(message: str) -> None:
+    sink = _divert
+    if sink is not None:
+        sink(f"dmlpatch: {message}")
+        return
     sys.stderr.write(f"dmlpatch: {message}\n")
     sys.stderr.flush()
 
@@ -32,8 +51,13 @@ def info(message: str) -> None:
 
 def warn_once(key: str, message: str) -> None:
     """A warning said at most once per process for ``key``."""
+    say_once(key, f"warning: {message}")
+
+
+def say_once(key: str, message: str) -> None:
+    """A line said at most once per process for ``key``."""
     with _lock:
         if key in _said:
             return
         _said.add(key)
-    say(f"warning: {message}")
+    say(message)

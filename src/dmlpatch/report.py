@@ -141,7 +141,7 @@ def transfers(counters: dict[str, Any]) -> dict[str, Any]:
     """The program's own host<->device copies beside those of DirectML's CPU fallbacks."""
     copies = counters.get("copies") or {}
     return {
-        "program": counters.get("transfers") or {},
+        "program": _programs_own(counters.get("transfers") or {}),
         "fallback": {
             "count": sum(entry["count"] for entry in copies.values()),
             "bytes": sum(entry["bytes"] for entry in copies.values()),
@@ -149,6 +149,21 @@ def transfers(counters: dict[str, Any]) -> dict[str, Any]:
         },
         "syncs": counters.get("syncs"),
     }
+
+
+def _programs_own(counted: dict[str, Any]) -> dict[str, Any]:
+    """The simulated device's transfer counts less the copies dmlpatch's own CPU kernels made
+    (``DMLPATCH_CPU_OPS``, counted fallbacks): those are the fallbacks', not the program's."""
+    cpu_ops = sys.modules.get("dmlpatch.opfix.cpu_ops")
+    if cpu_ops is None:
+        return counted
+    own = {key: dict(value) for key, value in counted.items()}
+    for direction, made in cpu_ops.copies_made().items():
+        entry = own.get(direction)
+        if entry is not None:
+            entry["count"] = max(0, entry["count"] - made["count"])
+            entry["bytes"] = max(0, entry["bytes"] - made["bytes"])
+    return own
 
 
 def _unselected() -> str:

@@ -78,6 +78,21 @@ CASES = [
     Case("scope-no-value", ("--scope",), 2, r"--scope needs a value: all, project or specs"),
     Case("scope-env-unknown", (OK,), 2, r"unknown scope 'most'", {"DMLPATCH_SCOPE": "most"}),
     Case(
+        "bf16-unknown",
+        ("--bf16", "half", OK),
+        2,
+        r"--bf16 'half': bfloat16 runs on DirectML as float32 or float16; choose one of "
+        r"float32, float16",
+    ),
+    Case("bf16-no-value", ("--bf16",), 2, r"--bf16 needs a value: float32 or float16"),
+    Case(
+        "bf16-env-unknown",
+        (OK,),
+        2,
+        r"DMLPATCH_BF16='bf16': bfloat16 runs on DirectML as float32 or float16",
+        {"DMLPATCH_BF16": "bf16"},
+    ),
+    Case(
         "device-sim-adapter",
         ("--device", "sim:5", OK),
         2,
@@ -254,6 +269,16 @@ CASES = [
         2,
         r"DMLPATCH_CPU_OPS: no operator named 'aten::no_such_op'",
         {"DMLPATCH_CPU_OPS": "aten::no_such_op"},
+        needs=frozenset({SIM}),
+        cache=TORCH_RUNS,
+    ),
+    Case(
+        "cpu-ops-composite",
+        ("--device", "sim", TORCH_OK),
+        2,
+        r"DMLPATCH_CPU_OPS: aten::linear never reaches the device: PyTorch composes it of other "
+        r"operators; name those instead \(aten::addmm, aten::mm\)",
+        {"DMLPATCH_CPU_OPS": "aten::linear"},
         needs=frozenset({SIM}),
         cache=TORCH_RUNS,
     ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from support import clean_env, run_python
@@ -41,10 +42,41 @@ def test_this_machine_has_no_failures_and_a_stable_schema() -> None:
     assert basicsr["status"] == "OK"
 
 
+def _installed(root: Path, name: str, version: str, *requires: str) -> Path:
+    """A distribution's installed metadata (what pip writes), in a directory of its own."""
+    info = root / f"{name}-{version}" / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n")
+    return info.parent
+
+
 def test_real_torch_directml_with_another_torch_fails_with_the_fix(
-    real_torch_directml: Path,
+    real_torch_directml: Path, tmp_path: Path
 ) -> None:
-    code, checks = _doctor("--no-import", env=clean_env(PYTHONPATH=str(real_torch_directml)))
+    # A library whose newest release needs a newer torch, an older copy that accepts 2.4.1
+    # further down the path, and one with no copy that does.
+    paths = [
+        real_torch_directml,
+        _installed(tmp_path, "newlib", "2.0", "torch>=2.5", "numpy"),
+        _installed(tmp_path, "newlib", "1.4", "torch>=2.0"),
+        _installed(tmp_path, "onlynew", "3.1", "torch>=2.6; python_version >= '3.8'"),
+        _installed(tmp_path, "exportextra", "1.0", "torch>=2.12; extra == 'export'"),
+    ]
+    path = os.pathsep.join(str(p) for p in paths)
+    code, rows = _doctor_json("--no-import", env=clean_env(PYTHONPATH=path))
+    checks = {check["area"]: check for check in rows}
+    requires = {c["details"]["library"]: c for c in rows if c["area"] == "requires"}
+    assert set(requires) == {"newlib", "onlynew"}  # an extra's requirement is not the library's
+    assert requires["newlib"]["status"] == "WARN"
+    assert requires["newlib"]["message"].startswith(
+        "newlib 2.0 requires torch>=2.5, which excludes torch-directml's torch==2.4.1"
+    )
+    assert requires["newlib"]["message"].endswith("; newlib 1.4, also installed here, accepts it")
+    assert requires["newlib"]["fix"] == "pip install newlib==1.4"
+    assert "no installed metadata shows a release that accepts it" in requires["onlynew"]["message"]
+    assert requires["onlynew"]["fix"] == "dmlpatch pin, then pip install onlynew"
     assert code == 1
     versions = checks["versions"]
     assert versions["status"] == "FAIL"
@@ -53,6 +85,9 @@ def test_real_torch_directml_with_another_torch_fails_with_the_fix(
         "torch-directml 0.2.5.dev240914 requires torch==2.4.1, torchvision==0.19.1"
         in (versions["message"])
     )
+    # The catalogue's entry, with what to do.
+    assert "(known failure torch-replaced; command: dmlpatch pin" in versions["message"]
+    assert versions["details"]["known_failure"] == "torch-replaced"
     assert checks["directml"]["status"] == "FAIL"
     assert "cannot load its native library" in checks["directml"]["message"]
 
@@ -83,3 +118,20 @@ def test_failures_lists_the_catalogue_as_text_and_json() -> None:
     entries = json.loads(data.out)["failures"]
     assert [entry["key"] for entry in entries] == [f.key for f in catalogue.FAILURES]
     assert entries[0]["text"] == "RuntimeError: Cannot set version_counter for inference tensor"
+
+
+def test_adapter_families_get_their_route() -> None:
+    names = ["AMD Radeon RX 7900 XTX", "Radeon RX 580 Series", "Intel(R) Arc(TM) A770 Graphics"]
+    env = clean_env(DMLPATCH_DEVICE="sim", DMLPATCH_SIM_ADAPTERS=";".join(names))
+    code, rows = _doctor_json("--no-import", env=env)
+    assert code == 0
+    adapters = [c for c in rows if c["area"] == "adapter"]
+    assert [a["details"]["name"] for a in adapters] == names
+    assert [a["details"]["faster"] for a in adapters] == ["rocm", None, "xpu"]
+    assert all(a["details"]["simulated"] for a in adapters)
+    assert adapters[0]["message"].startswith(
+        "simulated adapter 0: AMD Radeon RX 7900 XTX (AMD RDNA 3): AMD ships PyTorch wheels for "
+        "Windows on ROCm"
+    )
+    assert "(AMD Polaris): DirectML is the path" in adapters[1]["message"]
+    assert "whl/xpu" in adapters[2]["message"]

@@ -6,7 +6,8 @@ the simulated device with losses equal to a plain CPU run — next to the script
 editable and installed into site-packages (real pip, into a throw-away venv), under the runner,
 ``import dmlpatch.auto`` and activation (``python train.py``, ``python -m projpkg.train``, a
 console script). A third-party library nobody wrote a spec for is rewritten by discovery; scopes
-narrow it; a spec's ``[[leave]]`` and an unanswered CUDA call leave a module alone with one line;
+narrow it; a spec's ``[[leave]]`` leaves a module alone and an unanswered CUDA call the function
+that makes it, each with one line;
 nothing in site-packages changes.
 """
 
@@ -289,16 +290,21 @@ def test_auto_keeps_the_programs_traceback_and_exit_status(
         encoding="utf-8",
     )
     env = clean_env(DMLPATCH_DEVICE="sim")
+    running = (
+        "dmlpatch: running on privateuseone:0 (Simulated Radeon (discrete)): requested sim: "
+        "simulated DirectML device, profile torch-directml-0.2.5"
+    )
     failed = run_python([str(script)], python=python, env=env)
     assert failed.code == 1
     assert failed.err_lines == [
+        running,  # the program asked for CUDA and got the device: said as the runner says it
         "Traceback (most recent call last):",
         f'  File "{script}", line 7, in <module>',
         "    raise ValueError(f'failed on {device}')",
         "ValueError: failed on privateuseone:0",
     ]
     exited = run_python([str(script), "exit"], python=python, env=env)
-    assert (exited.code, exited.err_lines) == (1, ["bye from privateuseone:0"])
+    assert (exited.code, exited.err_lines) == (1, [running, "bye from privateuseone:0"])
 
 
 LIBRARY = {
@@ -451,10 +457,26 @@ UNANSWERED = {
         from gpuinfo import streams
 
 
-        def describe():
+        def pick():
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+        def replay():
+            if not torch.cuda.is_available():
+                return "cpu"
+            torch.cuda.manual_seed_all(7)
+            seeded = torch.randn(4, device="cuda")
+            state = torch.cuda.get_rng_state()
+            first = torch.rand(3, device="cuda")
+            torch.cuda.set_rng_state(state)
+            again = torch.rand(3, device="cuda")
+            same = torch.equal(first, again)
+            return f"{seeded.device} {seeded.tolist()} {len(state)}-byte state, replayed {same}"
+
+
+        def kernel():
             if torch.cuda.is_available():
-                state = torch.cuda.get_rng_state(0)
-                return f"cuda with a {len(state)}-byte generator state"
+                return torch.cuda.jiterator._create_jit_fn("template <typename T> T f(T x) {}")
             return "cpu"
         """,
     "gpuinfo/streams.py": """
@@ -466,30 +488,68 @@ UNANSWERED = {
         """,
 }
 
+INFO = """
+import torch
+import gpuinfo
 
-def test_a_module_dmlpatch_cannot_make_consistent_stays_as_under_plain_python(
+print(gpuinfo.pick())
+if torch.cuda.is_available():
+    print(gpuinfo.replay())
+else:
+    torch.manual_seed(7)
+    print("cpu", torch.randn(4).tolist(), "(oracle)")
+print(gpuinfo.kernel())
+try:
+    gpuinfo.streams.capture()
+except RuntimeError as error:
+    print(str(error).partition(";")[0])
+"""
+
+
+def test_only_the_function_dmlpatch_cannot_make_consistent_keeps_cuda_s_meaning(
     tmp_path: Path, fake_distribution
 ) -> None:
+    """Per function: kernel() uses torch.cuda.jiterator, which nothing answers off CUDA, so it
+    chooses the CPU as under plain python (one line says so); the rest of its module runs on
+    the device, the RNG family on the device's generator (a get_rng_state round trip, seeds
+    equal to the CPU's), and CUDA graphs fail with a clear error instead of losing the module."""
     site = fake_distribution("gpuinfo", "1.0", UNANSWERED)
     script = tmp_path / "info.py"
-    script.write_text("import gpuinfo\nprint(gpuinfo.describe())\n", encoding="utf-8")
+    script.write_text(INFO, encoding="utf-8")
     env = clean_env(PYTHONPATH=str(site))
+    plain = run_python([str(script)], env=env)
     report = tmp_path / "report.json"
     result = run_python(
         ["-m", "dmlpatch", "--device", "sim", f"--report={report}", str(script)], env=env
     )
-    assert (result.code, result.out) == (0, "cpu\n"), result.err
-    # gpuinfo.streams never asks where to run: imported, but nothing to say.
+    assert result.code == 0, result.err
+    device, replayed, kernel, graph = result.out.splitlines()
+    oracle = plain.out.splitlines()[1]
+    assert (device, kernel) == ("privateuseone:0", "cpu")
+    assert replayed.startswith("privateuseone:0 " + oracle.split(" ", 1)[1].rpartition(" ")[0])
+    assert replayed.endswith(" 5056-byte state, replayed True")
+    assert graph == (
+        "torch.cuda.CUDAGraph: CUDA graphs have no DirectML counterpart (nothing replays a "
+        "captured graph there)"
+    )
+    # gpuinfo.streams has no function that asks where to run: nothing to say about it.
     assert [line for line in result.err_lines if "warning" in line] == [
-        "dmlpatch: warning: gpuinfo chooses its device as under plain python: it uses "
-        "torch.cuda.get_rng_state, which dmlpatch cannot answer off CUDA"
+        "dmlpatch: warning: gpuinfo.kernel chooses its device as under plain python: it uses "
+        "torch.cuda.jiterator, which dmlpatch cannot answer off CUDA"
     ]
     data = json.loads(report.read_text())
     assert data["kept_as_written"] == [
-        {"module": "gpuinfo", "reason": "uses torch.cuda.get_rng_state, not answered"},
-        {"module": "gpuinfo.streams", "reason": "uses torch.cuda.CUDAGraph, not answered"},
+        {
+            "module": "gpuinfo.kernel",
+            "reason": "uses torch.cuda.jiterator, not answered: its sites keep CUDA's meaning "
+            "(the rest of the module is rewritten)",
+        },
     ]
-    assert data["rewritten"] == []
+    assert {entry["module"]: entry["sites"] for entry in data["rewritten"]} == {
+        "__main__": 1,
+        "gpuinfo": 10,
+        "gpuinfo.streams": 2,
+    }
 
 
 def test_warm_discovery_reads_no_source_without_sites(

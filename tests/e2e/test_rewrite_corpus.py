@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from corpus._harness import accelerator
 from dmlpatch.devices import resolution
 from dmlpatch.rewriting.hook import may_have_sites
-from dmlpatch.rewriting.runtime import ALIAS
+from dmlpatch.rewriting.runtime import ALIAS, KEPT_ALIAS
 from dmlpatch.rewriting.sites import Rewritten, rewrite
 
 PURELIB = Path(sysconfig.get_paths()["purelib"])
@@ -169,7 +169,7 @@ def line_problems(
     """
     original = ast.parse(source)
     kept = _statement_positions(original)
-    rewritten = _statement_positions(result.tree) - Counter([_inserted_import(result.tree)])
+    rewritten = _statement_positions(result.tree) - Counter(_inserted_imports(result.tree))
     if kept != rewritten:
         moved = sorted((kept - rewritten).elements())[:3]
         yield f"statements moved: {moved} (and maybe more)"
@@ -198,13 +198,17 @@ def _statement_positions(tree: ast.Module) -> Counter[Position]:
     )
 
 
-def _inserted_import(tree: ast.Module) -> Position:
-    statement = next(
+def _inserted_imports(tree: ast.Module) -> list[Position]:
+    """The runtime imports (``__dmlpatch__``, and ``__dmlpatch_kept__`` where a function keeps
+    CUDA's meaning)."""
+    statements = [
         node
         for node in tree.body
-        if isinstance(node, ast.Import) and [alias.asname for alias in node.names] == [ALIAS]
-    )
-    return next(iter(_statement_positions(ast.Module([statement], []))))
+        if isinstance(node, ast.Import)
+        and [alias.asname for alias in node.names] in ([ALIAS], [KEPT_ALIAS])
+    ]
+    assert statements
+    return list(_statement_positions(ast.Module(statements, [])).elements())
 
 
 def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:

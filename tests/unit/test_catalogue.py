@@ -87,8 +87,14 @@ ENTRY_TESTS: dict[str, object] = {
     },
     "complex": [
         "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5",
-        "tests/e2e/libraries/test_whisper.py::test_load_model_and_transcribe_on_the_device_equal_to_cpu",
-        "tests/e2e/libraries/test_whisper.py::test_a_spectrogram_on_the_device_meets_directmls_complex_gap",
+        "tests/e2e/libraries/test_whisper.py::test_without_dmlpatch_a_spectrogram_on_the_device_stops",
+        "tests/e2e/opfix/test_opfix_complex.py::test_without_dmlpatch_complex_tensors_stop_the_process",
+        "tests/e2e/opfix/test_opfix_complex.py::test_the_fft_family_equals_the_cpu_with_no_copy",
+        "tests/e2e/opfix/test_opfix_complex.py::test_stft_and_istft_round_trip_equal_the_cpu",
+        "tests/e2e/opfix/test_opfix_complex.py::test_complex_operations_equal_the_cpu",
+        "tests/e2e/libraries/test_type_wall.py::test_whisper_computes_its_spectrogram_on_the_device",
+        "tests/e2e/libraries/test_type_wall.py::test_demucs_separates_on_the_device_as_on_the_cpu",
+        "tests/e2e/libraries/test_type_wall.py::test_complex_numbers_in_a_program_of_ones_own",
     ],
     "foreach-optimizers": [
         "tests/e2e/opfix/test_opfix_foreach.py::test_without_dmlpatch_every_step_falls_back",
@@ -118,7 +124,16 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/opfix/test_opfix_quirks.py::test_sums_equal_the_cpu",
     ],
     "bfloat16": [
-        "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5"
+        "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5",
+        "tests/e2e/opfix/test_opfix_dtype_policy.py::test_without_dmlpatch_bfloat16_stops_the_process",
+        "tests/e2e/opfix/test_opfix_dtype_policy.py::test_bfloat16_arrives_as_float32_with_its_values",
+        "tests/e2e/opfix/test_opfix_dtype_policy.py::test_torch_load_of_a_bfloat16_checkpoint_onto_the_device",
+        "tests/e2e/libraries/test_type_wall.py::test_a_bfloat16_causal_lm_loaded_every_way_generates_as_on_the_cpu",
+        "tests/e2e/libraries/test_type_wall.py::test_a_bfloat16_diffusers_pipeline_samples_as_on_the_cpu",
+    ],
+    "half-cpu-fallback": [
+        "tests/e2e/opfix/test_opfix_half_on_host.py::test_without_dmlpatch_a_float16_resize_stops",
+        "tests/e2e/opfix/test_opfix_half_on_host.py::test_float16_fallbacks_without_a_cpu_kernel_run_in_float32",
     ],
     "mixed-devices-assert": None,
     "ddp-c10d": [
@@ -148,7 +163,10 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/test_cuda_api.py::test_activation_answers_the_cuda_api_on_the_device",
         "tests/unit/test_cuda_answers.py::test_autocast_for_the_target_is_float32_said_once",
     ],
-    "float64": ["tests/e2e/sim/test_sim_fidelity.py::test_float64_switch"],
+    "float64": [
+        "tests/e2e/sim/test_sim_fidelity.py::test_float64_switch",
+        "tests/e2e/libraries/test_type_wall.py::test_numpy_float64_data_on_an_adapter_without_float64",
+    ],
     "scalar-writes": [
         "tests/e2e/sim/test_sim_fidelity.py::test_fault_injection_drops_scalar_writes"
     ],
@@ -308,3 +326,20 @@ def test_readme_shows_the_catalogue_as_generated() -> None:
 def test_summary_counts() -> None:
     line = catalogue.summary()
     assert line.startswith(f"{len(catalogue.FAILURES)} known torch-directml failures: ")
+
+
+def test_every_text_names_its_entry_from_an_error() -> None:
+    import re
+
+    for failure in catalogue.FAILURES:
+        if not failure.text:
+            continue
+        said = re.sub(r"<[a-z]+>", "5", failure.text).replace("...", "/lib/x")
+        found = catalogue.for_error(said)
+        assert found is not None and found.key == failure.key, (failure.key, said)
+        # Quoted inside a longer line (doctor's probes wrap what they caught).
+        quoted = catalogue.for_error(f"it failed ({said}); see above")
+        assert quoted is not None and quoted.key == failure.key
+    assert catalogue.for_error("RuntimeError: Expected all tensors on the same device") is None
+    assert catalogue.for_error("RuntimeError: Invalid or unsupported data type Float.") is None
+    assert catalogue.for_error("") is None

@@ -300,3 +300,137 @@ def test_accelerator_off_directml_is_torch_s(on) -> None:
     assert api.is_available() == torch.accelerator.is_available()
     assert api.device_count() == torch.accelerator.device_count()
     assert api.current_accelerator() == torch.accelerator.current_accelerator()
+
+
+# -- .cuda() on objects with their own to() ----------------------------------------------------
+
+
+class _Descriptor:
+    """Like spandrel's ModelDescriptor: ``to(device, dtype)`` and nothing else."""
+
+    def __init__(self) -> None:
+        self.moved: list[tuple[Any, ...]] = []
+
+    def to(self, device: Any = None, dtype: Any = None) -> _Descriptor:
+        self.moved.append((device, dtype))
+        return self
+
+    def cuda(self, device: Any = None) -> _Descriptor:
+        raise AssertionError("its own cuda() reaches CUDA")
+
+
+class _Loose:
+    def __init__(self) -> None:
+        self.moved: list[tuple[Any, dict[str, Any]]] = []
+
+    def to(self, *args: Any, **kwargs: Any) -> _Loose:
+        self.moved.append((args, kwargs))
+        return self
+
+
+def test_cuda_of_an_object_with_its_own_to_passes_what_it_takes(on) -> None:
+    on(accelerator(0, 1))
+    target = torch.device("privateuseone", 1)
+    descriptor = _Descriptor()
+    assert runtime.cuda(descriptor) is descriptor
+    assert runtime.cuda(descriptor, 1, non_blocking=True) is descriptor
+    assert descriptor.moved == [(torch.device("privateuseone", 0), None), (target, None)]
+    loose = _Loose()
+    runtime.cuda(loose, "cuda:1", True)
+    assert loose.moved == [((target,), {"non_blocking": True})]
+
+
+def test_cuda_on_a_cuda_gpu_is_the_object_s_own(on) -> None:
+    on(accelerator(0)._replace(backend="cuda", type="cuda"))
+    with pytest.raises(AssertionError, match="its own cuda"):
+        runtime.cuda(_Descriptor())
+    on(cpu())
+    descriptor = _Descriptor()
+    runtime.cuda(descriptor)
+    assert descriptor.moved == [(torch.device("cpu"), None)]
+
+
+# -- the rest of torch.cuda a program calls once it has its device ------------------------------
+
+
+def test_random_numbers_come_from_the_device_s_generator(on, said: list[str]) -> None:
+    """DirectML draws from the CPU's default generator: the RNG family answers for it."""
+    on(accelerator(0, 1))
+    saved = torch.get_rng_state()
+    try:
+        _round_trips(said)
+    finally:
+        torch.set_rng_state(saved)
+
+
+def _round_trips(said: list[str]) -> None:
+    cuda_api.manual_seed_all(11)
+    assert cuda_api.initial_seed() == 11
+    state = cuda_api.get_rng_state("cuda:1")
+    first = torch.rand(3)
+    cuda_api.set_rng_state(state)
+    assert torch.equal(torch.rand(3), first)
+    states = cuda_api.get_rng_state_all()
+    assert len(states) == 2 and torch.equal(states[0], cuda_api.get_rng_state(0))
+    assert cuda_api.default_generators == (torch.default_generator,) * 2
+    cuda_api.set_rng_state(torch.zeros(16, dtype=torch.uint8))  # a CUDA generator's state
+    assert torch.equal(cuda_api.get_rng_state(), states[0])
+    assert said == [
+        "warning: torch.cuda.set_rng_state was given a CUDA generator's state (16 bytes); "
+        f"DirectML draws from the CPU generator ({states[0].numel()} bytes), which keeps its "
+        "state"
+    ]
+    with pytest.raises(RuntimeError, match="invalid device ordinal 2"):
+        cuda_api.get_rng_state(2)
+
+
+def test_graphs_fail_clearly_and_graphed_callables_run_as_they_are(on) -> None:
+    on(accelerator(0))
+    for name in ("CUDAGraph", "graph", "graph_pool_handle"):
+        with pytest.raises(RuntimeError, match=f"torch.cuda.{name}: CUDA graphs have no DirectML"):
+            getattr(cuda_api, name)()
+    layer = torch.nn.Linear(2, 2)
+    assert cuda_api.make_graphed_callables(layer, (torch.ones(1, 2),)) is layer
+    assert cuda_api.is_current_stream_capturing() is False
+    with cuda_api.StreamContext(cuda_api.current_stream()):
+        cuda_api.set_stream(cuda_api.Stream())
+
+
+def test_nvtx_ranges_do_nothing_on_the_device(on) -> None:
+    on(accelerator(0))
+    assert cuda_api.nvtx.range_push("step") == 0
+    assert cuda_api.nvtx.range_pop() == 0
+    cuda_api.nvtx.mark("here")
+    cuda_api.nvtx.range_end(cuda_api.nvtx.range_start("a"))
+    with cuda_api.nvtx.range("forward"):
+        pass
+
+
+def test_peers_device_of_and_nested_statistics(on) -> None:
+    on(accelerator(0, 1))
+    assert cuda_api.can_device_access_peer(0, 1) is False
+    assert cuda_api.is_tf32_supported() is False
+    assert cuda_api.memory_stats_as_nested_dict()["allocated_bytes"]["all"]["peak"] == 0
+    assert cuda_api.memory_cached() == cuda_api.max_memory_cached() == 0
+    assert cuda_api.memory_snapshot() == []
+    assert cuda_api.get_per_process_memory_fraction() == 1.0
+    tensor = types.SimpleNamespace(device=torch.device("privateuseone", 1))
+    with cuda_api.device_of(tensor):
+        assert runtime.current_device() == 1
+    assert runtime.current_device() == 0
+
+
+def test_answered_classes_stay_classes_for_annotations_and_isinstance(on) -> None:
+    """transformers 5 annotates ``def get_graph(...) -> torch.cuda.CUDAGraph | None`` at import."""
+    on(accelerator(0))
+    for name in ("CUDAGraph", "graph", "StreamContext", "Stream", "Event", "device"):
+        answer = getattr(cuda_api, name)
+        assert isinstance(answer, type) and (answer | None) is not None
+        assert not isinstance(object(), answer)
+
+
+def test_the_random_submodule_is_the_rng_family(on) -> None:
+    """transformers' Trainer saves ``torch.cuda.random.get_rng_state_all()`` with checkpoints."""
+    on(accelerator(0))
+    assert cuda_api.random.get_rng_state_all()[0].numel() == torch.get_rng_state().numel()
+    assert cuda_api.random.initial_seed() == torch.initial_seed()

@@ -8,9 +8,10 @@ import inspect
 import linecache
 import sys
 import traceback
+import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -237,3 +238,74 @@ def test_compile_main_respects_the_gate(box: Sandbox) -> None:
     hook.set_gate(lambda: False)
     code = hook.compile_main(source, "/scripts/gated.py")
     assert code == compile(source, "/scripts/gated.py", "exec", dont_inherit=True)
+
+
+class _FrontFinder:
+    """Another tool's finder, put first on ``sys.meta_path`` after dmlpatch's, whose loader
+    (``loader_class``) takes the sandbox's modules."""
+
+    def __init__(self, prefix: str, loader_class: type) -> None:
+        self.prefix = prefix
+        self.loader_class = loader_class
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: object = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        if not fullname.startswith(self.prefix + "."):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        assert spec is not None and spec.origin is not None
+        spec.loader = self.loader_class(fullname, spec.origin)
+        return spec
+
+
+class _OtherTool(importlib.machinery.SourceFileLoader):
+    """A tool whose rewrite dmlpatch knows how to follow (registered in the test)."""
+
+
+class _ParsingLoader(importlib.machinery.SourceFileLoader):
+    """Like jaxtyping's: parses the source itself, so it cannot take dmlpatch's tree."""
+
+    def source_to_code(self, data: Any, path: Any, *, _optimize: int = -1) -> types.CodeType:
+        return compile(importlib.util.decode_source(data), path, "exec")
+
+
+def test_a_finder_put_in_front_is_passed_and_its_loader_composed(box: Sandbox) -> None:
+    from dmlpatch.rewriting import composition
+
+    box.write("mod", SITES)
+    box.install("mod")
+    front = _FrontFinder(box.package, _OtherTool)
+    sys.meta_path.insert(0, front)
+    seen: list[str] = []
+
+    def composer(loader: Any) -> composition.Composer:
+        def finish(tree: Any, source: bytes, path: str) -> types.CodeType:
+            seen.append(path)
+            return compile(tree, path, "exec")
+
+        return composition.Composer(None, finish)
+
+    composition.register(f"{__name__}._OtherTool", composer)
+    module = box.load("mod")
+    assert sys.meta_path[0] is hook._finder and sys.meta_path[1] is front
+    assert rewritten(module)
+    assert seen == [str(box.directory / "mod.py")]
+
+
+def test_a_loader_that_cannot_take_the_tree_is_named_in_the_report(box: Sandbox) -> None:
+    from dmlpatch.rewriting import composition
+
+    box.write("mod", SITES)
+    box.install("mod")
+    sys.meta_path.insert(0, _FrontFinder(box.package, _ParsingLoader))
+    assert importlib.util.find_spec("dmlpatch_no_such_module") is None  # back in front
+    assert sys.meta_path[0] is hook._finder
+    module = box.load("mod")
+    assert not rewritten(module)
+    assert composition.taken_modules()[box.name("mod")] == f"{__name__}._ParsingLoader"
+    assert {
+        "module": box.name("mod"),
+        "reason": f"loaded by another import hook ({__name__}._ParsingLoader), which dmlpatch "
+        "cannot compose with",
+    } in report.snapshot()["kept_as_written"]

@@ -82,7 +82,7 @@ def test_site_records_position_kind_and_original_text() -> None:
         ("torch.cuda.is_available()", [("is_available", "torch.cuda.is_available()")]),
         ("torch.cuda.device_count() > 1", [("cuda_api", "torch.cuda.device_count()")]),
         ("torch.cuda.empty_cache()", [("cuda_api", "torch.cuda.empty_cache()")]),
-        ("torch.cuda.manual_seed_all(0)", [("cuda_api", "torch.cuda.manual_seed_all(0)")]),
+        ("torch.cuda.manual_seed_all(0)", [("cuda_api", "torch.cuda.manual_seed_all")]),
         ("torch.cuda.set_device(rank)", [("cuda_api", "torch.cuda.set_device(rank)")]),
         ("torch.cuda.synchronize()", [("cuda_api", "torch.cuda.synchronize()")]),
         ("with torch.inference_mode(): pass", [("inference_mode", "torch.inference_mode")]),
@@ -159,6 +159,18 @@ def test_site_records_position_kind_and_original_text() -> None:
             "if not torch.cuda.is_available():\n    d = 'cpu'\nelse:\n    d = 'cuda:0'",
             [("is_available", "torch.cuda.is_available()"), ("device_literal", "'cuda:0'")],
         ),
+        (
+            "DEVICES = ['cpu']\nif torch.cuda.is_available():\n    DEVICES.append('cuda')",
+            [("is_available", "torch.cuda.is_available()"), ("device_literal", "'cuda'")],
+        ),
+        (
+            "if torch.cuda.device_count() > 1:\n    devices += ['cuda:0', 'cuda:1']",
+            [
+                ("cuda_api", "torch.cuda.device_count()"),
+                ("device_literal", "'cuda:0'"),
+                ("device_literal", "'cuda:1'"),
+            ],
+        ),
         ("from torch import accelerator", [("accelerator", "from torch import accelerator")]),
     ],
 )
@@ -176,6 +188,7 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "log.info('moving to cuda:0')",
         "names = {'cuda': 1}",
         "torch.cuda.get_arch_list()",
+        "if use_gpu:\n    backends.append('cuda')",
         "torch.cuda.is_initialized()",
         "torch.cuda.is_available",
         "backend = 'cuda'",
@@ -221,6 +234,15 @@ def test_not_device_sites(snippet: str) -> None:
     result = rewrite(snippet)
     assert result.sites == []
     assert ast.dump(result.tree) == ast.dump(ast.parse(snippet))
+
+
+def test_complex_literals_only_next_to_values() -> None:
+    """Arithmetic of a complex literal with a value may meet a device tensor; with another
+    number it is a Python constant (folded by the compiler, so left as written)."""
+    source = "import torch\nz = x * (y + 1j)\nv = (3.14 + 2.71j, -1 - 2j, 2 * 1j, 1j)\n"
+    assert [(site.kind, site.text) for site in find_sites(source)] == [
+        ("complex_literal", "y + 1j")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -667,3 +689,63 @@ def test_a_bad_ordinal_points_at_the_original_line_and_column(tmp_path: Path, on
     assert (frame.lineno, frame.line) == (line, lines[line - 1].strip())
     if sys.version_info >= (3, 11):  # column positions in tracebacks are new in 3.11
         assert frame.colno == lines[line - 1].index('f"cuda:{index}"')
+
+
+KEEPS = """
+import torch
+from torch.cuda import nccl
+
+DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+def fused(x):
+    if torch.cuda.is_available():
+        return torch.cuda.jiterator._create_jit_fn('...')(x.cuda())
+    return x
+
+
+class Ring:
+    def reduce(self, x):
+        def send():
+            return nccl.all_reduce(x)
+
+        return send, x.to('cuda')
+
+    def move(self, x):
+        return x.cuda()
+"""
+
+
+def test_only_the_functions_that_use_an_unanswered_name_keep_cuda_s_meaning() -> None:
+    result = rewrite(KEEPS)
+    assert result.unanswered == ("jiterator", "nccl")
+    assert result.kept == (("Ring.reduce", ("nccl",)), ("fused", ("jiterator",)))
+    text = ast.unparse(result.tree)
+    assert text.startswith(
+        "import dmlpatch.rewriting.runtime_as_written as __dmlpatch_kept__\n"
+        "import dmlpatch.rewriting.runtime as __dmlpatch__\n"
+    )
+    assert "DEVICE = __dmlpatch__.device('cuda') if __dmlpatch__.is_available() else" in text
+    assert "if __dmlpatch_kept__.is_available(scope='fused', uses=('jiterator',)):" in text
+    assert "(__dmlpatch_kept__.cuda(x))" in text
+    assert "return (send, x.to(__dmlpatch_kept__.device('cuda')))" in text
+    assert "return __dmlpatch__.cuda(x)" in text
+    assert [site.kind for site in rewrite(text).sites] == []
+
+
+def test_a_kept_function_asks_cuda_and_says_why_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dmlpatch import log
+    from dmlpatch.rewriting import runtime_as_written
+
+    namespace = {"__name__": "lib.fused"}
+    code = "def ask():\n    return is_available(scope='f', uses=('jiterator', 'nccl'))\n"
+    exec(code, {**namespace, "is_available": runtime_as_written.is_available}, namespace)
+    log._said.discard("as-written:lib.fused.f")
+    assert namespace["ask"]() is torch.cuda.is_available() is False
+    assert namespace["ask"]() is False
+    assert capsys.readouterr().err == (
+        "dmlpatch: warning: lib.fused.f chooses its device as under plain python: it uses "
+        "torch.cuda.jiterator (and 1 more), which dmlpatch cannot answer off CUDA\n"
+    )

@@ -67,6 +67,8 @@ class Outcome(NamedTuple):
     exit_code: int
     status: str  # runs | fails | diverges | error | cpu | interrupted
     verdict: str
+    #: The catalogue entry of the failure that stopped the program (dmlpatch.gaps.catalogue).
+    known_failure: Optional[str] = None
 
 
 def main(arguments: list[str]) -> int:
@@ -120,7 +122,9 @@ class _Judge:
         self.profile, self.observer, self.shadow = _start(
             self.selected.backend, self.options.verify
         )
-        self.placement = operators.Counter()
+        self.placement = operators.Counter(
+            _serving(self.selected.backend, self.profile, self.observer)
+        )
         self.tracing = operators.traces_unobserved()
         self.placement.__enter__()
         self.tracing.__enter__()
@@ -167,6 +171,15 @@ def _start(backend: str, verify: bool) -> tuple[Optional[str], Any, Any]:
         shadow = Shadow()
         shadow.__enter__()
     return profile, observer, shadow
+
+
+def _serving(backend: str, profile: Optional[str], observer: Any) -> Any:
+    """How the backend serves each operator, for counting what its CPU fallback ran."""
+    if observer is not None:
+        return observer.serving
+    from dmlpatch.opfix import serving
+
+    return serving.for_backend(backend, profile)
 
 
 def _sim_counters() -> dict[str, Any]:
@@ -256,8 +269,13 @@ def judge(
     if error is not None and refused:
         first = _first_refused(refused, counters)
         where = f" at {first.first_call}" if first.first_call else ""
-        known = f" (known failure {first.known_failure})" if first.known_failure else ""
-        return Outcome(1, "fails", f"would fail: {first.op}{where}{known}")
+        known = ""
+        if first.known_failure:
+            from dmlpatch.gaps import catalogue
+
+            entry = catalogue.get(first.known_failure.split("/")[0])
+            known = f" (known failure {first.known_failure}; {entry.fix}: {entry.remedy})"
+        return Outcome(1, "fails", f"would fail: {first.op}{where}{known}", first.known_failure)
     if divergence is not None:
         where = first_frame("".join(traceback.format_list(list(divergence.stack))))
         at = f" at {where}" if where else ""
@@ -276,6 +294,16 @@ def judge(
     if error is not None:
         message = str(error).splitlines()[0] if str(error) else ""
         reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
+        from dmlpatch.gaps import catalogue
+
+        known = catalogue.for_error(reason)
+        if known is not None:
+            return Outcome(
+                1,
+                "fails",
+                f"would fail: {reason} (known failure {known.key}; {known.fix}: {known.remedy})",
+                known.key,
+            )
         return Outcome(1, "error", f"the program failed for another reason: {reason}")
     on_cpu = _on_cpu(compute)
     if on_cpu is not None:
@@ -393,6 +421,7 @@ def _write_json(
         "transfers": report.transfers(counters) if backend == "sim" else None,
         "compute": compute,
         "status": outcome.status,
+        "known_failure": outcome.known_failure,
         "exit_code": outcome.exit_code,
         "verdict": outcome.verdict,
         "divergence": None

@@ -49,6 +49,8 @@ options:
                     library and torch's own), project (the program's own modules: outside
                     site-packages), specs (the main script and the modules specs name);
                     also read from $DMLPATCH_SCOPE
+  --bf16 DTYPE      what bfloat16 runs as on DirectML, which has none: float32 (default:
+                    exact) or float16 (half the memory); also read from $DMLPATCH_BF16
   --report[=FILE]   at exit, print (or write) a JSON summary; also $DMLPATCH_REPORT=FILE
   -v, --verbose     say what is patched; DMLPATCH_DEBUG=1 also shows dmlpatch tracebacks
   --version         print dmlpatch's version

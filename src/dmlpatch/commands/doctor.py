@@ -1,7 +1,10 @@
 """``dmlpatch doctor``: one screen that says what is wrong with a DirectML environment.
 
 Each check is a line with OK, WARN or FAIL and, where there is one, the exact command that
-fixes it. Checks never raise: a check that cannot run reports why.
+fixes it. Checks never raise: a check that cannot run reports why. A failure the catalogue of
+known torch-directml failures describes (:mod:`dmlpatch.gaps.catalogue`) is named with its
+entry and what to do, whether doctor recognises it from an exception (torch-directml's import,
+a library's) or from what it checks (a torch that is not torch-directml's).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ class Check(NamedTuple):
 
 
 def run_checks(import_targets: bool = True) -> list[Check]:
-    checks = [_python(), *_versions(), _directml(), _cuda()]
+    checks = [_python(), *_versions(), _directml(), *_adapters(), _cuda()]
+    checks += _excluding_torch()
     checks += _targets(import_targets)
     checks += [_activation(), _pin(), *_local_specs(), _cache(), _simulator(), _known_failures()]
     return checks
@@ -104,12 +108,14 @@ def _versions() -> list[Check]:
     ]
     details["pins"] = pins
     if broken:
+        details["known_failure"] = "torch-replaced"
         return [
             Check(
                 "versions",
                 FAIL,
                 f"{listed}; torch-directml {directml} requires {', '.join(pins)} "
-                "(a different torch makes `import torch_directml` fail with 'undefined symbol')",
+                "(a different torch makes `import torch_directml` fail with 'undefined symbol')"
+                + _known("torch-replaced"),
                 f"pip install {' '.join(pins)}",
                 details,
             )
@@ -125,7 +131,14 @@ def _directml() -> Check:
         installed = _metadata.version_of("torch-directml") is not None
         status = FAIL if installed else WARN
         fix = None if installed else "pip install torch-directml  (Windows or WSL2)"
-        return Check("directml", status, f"DirectML unavailable: {found.reason}", fix)
+        known = _recognised(found.reason)
+        return Check(
+            "directml",
+            status,
+            f"DirectML unavailable: {found.reason}" + _known(known),
+            fix,
+            {"known_failure": known} if known else None,
+        )
     module = found.module
     adapters = []
     for index, name in enumerate(found.names):
@@ -143,6 +156,135 @@ def _directml() -> Check:
         "GPUs before integrated ones; choose another with dml:N or dml:NAME)",
         details={"adapters": adapters},
     )
+
+
+def _adapters() -> list[Check]:
+    """One line per DirectML adapter: its GPU family, and a faster route where one exists.
+
+    The adapters are DirectML's, or the simulated device's where ``DMLPATCH_DEVICE`` chooses
+    it (``DMLPATCH_SIM_ADAPTERS`` names them).
+    """
+    from dmlpatch.devices import directml, hardware, resolution
+
+    found = directml.probe()
+    names, simulated = list(found.names), False
+    if not found.available and resolution.configured_spec().startswith("sim"):
+        from dmlpatch import sim
+        from dmlpatch.errors import DmlpatchError
+
+        try:
+            names, simulated = sim.precheck(), True
+        except DmlpatchError:
+            return []  # the simulator check says why
+    checks = []
+    for index, name in enumerate(names):
+        family = hardware.family(name)
+        where = f"simulated adapter {index}" if simulated else f"adapter {index}"
+        checks.append(
+            Check(
+                "adapter",
+                OK,
+                f"{where}: {hardware.advice(name)}",
+                details={
+                    "index": index,
+                    "name": name,
+                    "simulated": simulated,
+                    "family": family.name if family else None,
+                    "faster": family.faster if family else None,
+                },
+            )
+        )
+    return checks
+
+
+def _excluding_torch() -> list[Check]:
+    """Installed libraries whose requirements exclude torch-directml's torch: beside it they
+    may fail to import, and installing them replaced it (or will). Read from installed
+    metadata only; an older copy of the library installed elsewhere on the path that accepts
+    that torch is named."""
+    from packaging.requirements import Requirement
+
+    pin = _metadata.requirement_of("torch-directml", "torch")
+    if pin is None:
+        return []
+    exact = [s.version for s in Requirement(pin).specifier if s.operator == "=="]
+    if len(exact) != 1:
+        return []
+    wanted = exact[0]
+    checks = []
+    for name, copies in _torch_requirements().items():
+        (version, specifier, accepts), *others = copies
+        if accepts:
+            continue
+        older = [v for v, _, ok in others if ok]
+        message = (
+            f"{name} {version} requires torch{specifier}, which excludes torch-directml's "
+            f"torch=={wanted}: beside that torch it may fail to import, and installing it "
+            "replaces that torch"
+        )
+        if older:
+            last = max(older, key=_version_key)
+            message += f"; {name} {last}, also installed here, accepts it"
+            fix = f"pip install {name}=={last}"
+        else:
+            message += (
+                "; no installed metadata shows a release that accepts it: with the pin, pip "
+                "picks the newest that does"
+            )
+            fix = f"dmlpatch pin, then pip install {name}"
+        checks.append(
+            Check(
+                "requires",
+                WARN,
+                message,
+                fix,
+                {"library": name, "version": version, "requires": f"torch{specifier}"},
+            )
+        )
+    return checks
+
+
+def _version_key(version: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return Version("0")
+
+
+def _torch_requirements() -> dict[str, list[tuple[str, str, bool]]]:
+    """Per library that requires torch (always, not for an extra): each installed copy on the
+    path, first the one that imports, as (version, specifier, accepts torch-directml's)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    pin = _metadata.requirement_of("torch-directml", "torch") or ""
+    wanted = pin.partition("==")[2]
+    found: dict[str, list[tuple[str, str, bool]]] = {}
+    for distribution in _metadata.all_distributions():
+        name = distribution.metadata["Name"] or ""
+        if name.lower().replace("_", "-") in (
+            "torch",
+            "torchvision",
+            "torchaudio",
+            "torch-directml",
+        ):
+            continue  # the versions check judges torch's own family
+        for line in distribution.requires or []:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.name.lower() != "torch":
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            accepts = requirement.specifier.contains(wanted, prereleases=True)
+            found.setdefault(name, []).append(
+                (distribution.version, str(requirement.specifier), accepts)
+            )
+            break
+    return found
 
 
 def _ask(module: Any, name: str, index: int) -> Any:
@@ -201,13 +343,35 @@ def _targets(import_them: bool) -> list[Check]:
             "covers it" if covered else f"is for {spec.versions}: runs unpatched"
         )
         status = OK if covered else WARN
+        details: dict[str, Any] = {"spec": spec.name}
         if error is not None and patched.get(module) is None:
             message += f"; plain import fails ({error}), dmlpatch bridges it"
         elif error is not None:
             status = FAIL
-            message += f"; import fails even with dmlpatch: {patched[module]}"
-        checks.append(Check("library", status, message, details={"spec": spec.name}))
+            known = _recognised(patched[module] or "")
+            message += f"; import fails even with dmlpatch: {patched[module]}" + _known(known)
+            if known:
+                details["known_failure"] = known
+        checks.append(Check("library", status, message, details=details))
     return checks
+
+
+def _recognised(said: str) -> Optional[str]:
+    """The catalogue entry an error line shows, if any."""
+    from dmlpatch.gaps import catalogue
+
+    found = catalogue.for_error(said)
+    return found.key if found is not None else None
+
+
+def _known(key: Optional[str]) -> str:
+    """`` (known failure KEY: what to do)`` for a message, or nothing."""
+    if key is None:
+        return ""
+    from dmlpatch.gaps import catalogue
+
+    failure = catalogue.get(key)
+    return f" (known failure {key}; {failure.fix}: {failure.remedy})"
 
 
 def _top_level(spec: Any) -> str:

@@ -1,9 +1,12 @@
-"""The runner's "running on ..." line, said when it becomes true.
+"""The "running on ..." line, said when it becomes true, the same under every entry point.
 
 The device is resolved when the program first imports torch, but that is not where the program
 runs: a model whose device was chosen in code dmlpatch did not rewrite stays on the CPU. So the
 line waits until a rewritten CUDA site (or a library fix) first hands the device to the program,
-and a program that never asks for it is never told it runs there.
+and a program that never asks for it is never told it runs there. The runner and ``import
+dmlpatch.auto`` (both asked for by the user for this program) say at once where nothing will be
+placed on an accelerator (``--device cpu``; a usable CUDA GPU); an activated environment's
+processes, most of which never touch a device, say ``running on cpu`` only when a CUDA site asks.
 """
 
 from __future__ import annotations
@@ -23,11 +26,17 @@ if TYPE_CHECKING:
 RANK_ZERO_VAR = "DMLPATCH_ANNOUNCE_RANK_ZERO"
 
 _pending: Optional[str] = None
+_announced = False
+_handed_out = False
 
 
 def resolved(chosen: Resolution) -> None:
     """The line for a resolution: said now where nothing will be placed on an accelerator,
-    else when the program first receives the device."""
+    else when the program first receives the device (once per process)."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
     if not chosen.patches_needed:
         log.say(f"{chosen.why}; dmlpatch leaves it alone")
     elif not chosen.is_accelerator:
@@ -35,6 +44,37 @@ def resolved(chosen: Resolution) -> None:
     else:
         where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
         on_first_use(f"running on {where}: {chosen.why}")
+
+
+def resolved_when_asked(chosen: Resolution) -> None:
+    """An activated environment's line: only once a CUDA site asks for the device."""
+    global _announced
+    if _announced or _worker():
+        return
+    _announced = True
+    if not chosen.patches_needed:
+        return  # CUDA serves the program: its sites are CUDA's own, nothing to say
+    if not chosen.is_accelerator:
+        on_first_use(f"running on cpu: {chosen.why}")
+    else:
+        where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
+        on_first_use(f"running on {where}: {chosen.why}")
+
+
+def resolved_unless_worker(chosen: Resolution) -> None:
+    """``import dmlpatch.auto``'s line: the runner's, said by the program's own process (its
+    spawned workers run the script again, and the import with it)."""
+    if not _worker():
+        resolved(chosen)
+
+
+def _worker() -> bool:
+    """Whether this process is a multiprocessing child (DataLoader workers, spawned ranks):
+    the process that started it speaks for the program."""
+    import sys
+
+    multiprocessing = sys.modules.get("multiprocessing")
+    return multiprocessing is not None and multiprocessing.parent_process() is not None
 
 
 def rank_zero_worker() -> bool:
@@ -50,8 +90,14 @@ def on_first_use(line: str) -> None:
 
 def device_used() -> None:
     """A rewritten site or fix handed the device to the program (cheap after the first call)."""
-    global _pending
+    global _pending, _handed_out
+    _handed_out = True
     if _pending is None:
         return
     line, _pending = _pending, None
     log.say(line)
+
+
+def handed_out() -> bool:
+    """Whether a rewritten CUDA site or a library fix gave the program its device."""
+    return _handed_out

@@ -356,18 +356,27 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "complex",
-        "complex tensors on the device: torch.stft, torch.fft, torch.complex (speech front "
-        "ends such as whisper's log-Mel spectrogram, vocoders); the process stops",
+        "complex tensors on the device: torch.stft/istft, torch.fft, torch.complex, "
+        "view_as_complex, x * 1j (whisper's log-Mel spectrogram, Demucs, vocoders, rotary "
+        "embeddings, FFT convolutions); the process stops",
         "Invalid or unsupported data type ComplexFloat.",
         "#704 (torch.stft, 0.2.5), #421 (torch.complex; a maintainer: no complex support)",
-        (),
+        (
+            "aten::_fft_r2c",
+            "aten::_fft_c2c",
+            "aten::_fft_c2r",
+            "aten::complex",
+            "aten::polar",
+            "aten::view_as_complex",
+        ),
         "rule",
         "Profile.unsupported_dtypes: a complex device tensor raises DirectML's text (DirectML "
         "stops the process with it, a fatal log line of dml_util.cc)",
-        "cannot",
-        "DirectML has no complex type: keep FFTs and spectrograms on the CPU (openai-whisper's "
-        "transcribe computes its log-Mel spectrogram there; log_mel_spectrogram(..., "
-        "device=dml) stops); dmlpatch check names it",
+        "kernel",
+        "dmlpatch.opfix.spectral: complex tensors are held as pairs of reals on the device "
+        "(dmlpatch.opfix.complex) and their operations composed of real ones; FFTs and STFTs "
+        "are matrix products, no copy to the host; an operation not composed stops with one "
+        "line naming it (.cpu() the tensor first)",
     ),
     Failure(
         "sparse-tensors",
@@ -412,15 +421,18 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "float64",
-        "float64 on adapters without double support",
-        "",
-        "#396, #398, #699",
-        (),
+        "float64 on adapters without double support (most Intel iGPUs): numpy-born data, "
+        "torch.from_numpy(a).cuda()",
+        "RuntimeError: The GPU device does not support Double (Float64) operations!",
+        "#438, #396, #398, #699; native library",
+        ("aten::empty", "aten::full"),
         "opt-in",
-        "DMLPATCH_SIM_FLOAT64=0 refuses float64 (with the simulator's own text: DirectML's is "
-        "not pinned down)",
-        "cannot",
-        "use float32; torch_directml.has_float64_support() tells",
+        "DMLPATCH_SIM_FLOAT64=0: has_float64_support() is False and a float64 device tensor "
+        "raises DirectML's text",
+        "kernel",
+        "dmlpatch.opfix.allocation: float64 runs as float32 on such an adapter, said once "
+        "(float32's precision; integer-valued float64 beyond 2**24, such as large indices or "
+        "timestamps kept as float64, loses its low bits: keep those as int64)",
     ),
     Failure(
         "scalar-writes",
@@ -557,15 +569,40 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "bfloat16",
-        "bfloat16 tensors on the device (model.to(dml) of a bfloat16 model); the process stops",
+        "bfloat16 tensors on the device: bfloat16 checkpoints (most current LLM and diffusion "
+        "weights) moved or loaded there; the process stops",
         "Invalid or unsupported data type BFloat16.",
         "#688 (0.2.5; a maintainer: DirectML has no bfloat16)",
-        (),
+        ("aten::empty", "aten::full"),
         "rule",
         "Profile.unsupported_dtypes: a bfloat16 device tensor raises DirectML's text (DirectML "
         "stops the process with it, a fatal log line of dml_util.cc)",
-        "cannot",
-        "use float16 or float32 (transformers: torch_dtype=torch.float16); dmlpatch check names it",
+        "kernel",
+        "dmlpatch.opfix.allocation: bfloat16 runs as float32 (exact), or as float16 with "
+        "DMLPATCH_BF16=float16 (half the memory, float16's range), said once; tensors read "
+        "as that dtype. Not covered: an operator asked for a bfloat16 result on the device "
+        "(x.sum(dtype=torch.bfloat16)), empty_like/empty_strided with that dtype",
+    ),
+    Failure(
+        "half-cpu-fallback",
+        "float16 arguments to an operator DirectML runs on the CPU whose CPU kernel has no "
+        "float16 (antialiased resizes, grid_sample on torch 2.4, max_unpool, trace): float16 "
+        "programs that run on CUDA",
+        "NotImplementedError: \"compute_index_ranges_weights\" not implemented for 'Half'",
+        "PyTorch's CPU kernels (OpInfo samples in float16, torch 2.4.1 and 2.14); a peer image "
+        "library's float16 test run",
+        (
+            "aten::_upsample_bilinear2d_aa",
+            "aten::_upsample_bicubic2d_aa",
+            "aten::max_unpool2d",
+            "aten::trace",
+            "aten::adaptive_max_pool3d",
+        ),
+        "op list",
+        "",
+        "kernel",
+        "dmlpatch.opfix.half_on_host: the fallback computes them in float32 on the CPU and "
+        "brings float16 back, counted as a fallback",
     ),
     Failure(
         "mixed-devices-assert",
@@ -729,6 +766,41 @@ def for_gap(op: str, how: str, error: Optional[str] = None) -> tuple[Failure, ..
         refusals = [failure for failure in candidates if failure.simulated == "rule"]
         candidates = refusals or candidates
     return tuple(candidates)
+
+
+#: What the simulated device raises for an entry whose DirectML text no report pins down.
+_EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Warning|Interrupt): ")
+#: A stretch of text this short could be anything's.
+_SHORTEST = 12
+
+
+def _stretches(text: str) -> list[str]:
+    """The verbatim parts of an entry's text, without its exception name."""
+    body = _EXCEPTION_NAME.sub("", text, count=1)
+    return [part for part in _PLACEHOLDER.split(body) if part.strip()]
+
+
+def _shows(said: str, text: str) -> bool:
+    stretches = _stretches(text)
+    if sum(len(part) for part in stretches) < _SHORTEST:
+        return False
+    at = 0
+    for part in stretches:
+        found = said.find(part, at)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
+
+
+def for_error(said: str) -> Optional[Failure]:
+    """The entry an error shows: every verbatim stretch of its text appears in ``said``, in
+    order. ``said`` is an exception's first line (``RuntimeError: ...``) or a line that quotes
+    one."""
+    for failure in FAILURES:
+        if failure.text and _shows(said, failure.text):
+            return failure
+    return None
 
 
 def table(markdown: bool = False) -> str:

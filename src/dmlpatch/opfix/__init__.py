@@ -29,8 +29,13 @@ indexing      ``repeat_interleave`` (tensor repeats), ``count_nonzero``, ``upsam
 foreach       ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor operators
 embedding     ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and backward
 dtypes        ``mul``/``mul_`` by a bool tensor (a bool result) and ``sum`` over uint8
-transfers     ``_to_copy`` to another adapter (zeros) through the host
+transfers     ``_to_copy`` to another adapter (zeros) through the host; bfloat16, complex and
+              float64 arriving on the device (:mod:`dmlpatch.opfix.dtype_policy`)
 linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve`` up to 8 rows (LU)
+spectral      ``_fft_r2c``/``_fft_c2c``/``_fft_c2r`` (every FFT and STFT), ``complex``,
+              ``polar``, ``view_as_complex``: complex tensors held as pairs of reals
+allocation    ``empty``/``full`` of bfloat16, complex or float64 on the device; ``torch.load``
+half_on_host  float16 through the CPU fallback of operators whose CPU kernel has no float16
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
@@ -86,6 +91,9 @@ FAMILIES = (
     "dtypes",
     "transfers",
     "linalg",
+    "spectral",
+    "allocation",
+    "half_on_host",
 )
 
 
@@ -101,6 +109,8 @@ class Installed(NamedTuple):
 _lock = threading.Lock()
 _library: Optional[torch.library.Library] = None
 _installed: Optional[Installed] = None
+#: Libraries of the fixes installed when their trigger fired.
+_triggered: list[torch.library.Library] = []
 
 
 def profile_for_release(version: Optional[str]) -> Optional[str]:
@@ -121,11 +131,13 @@ def profile_for_release(version: Optional[str]) -> Optional[str]:
 
 class Gaps(NamedTuple):
     """What a profile lacks: operators with refusal rules, the overloads DirectML runs natively
-    (names without ``aten::``; everything else falls back to the CPU) and its wrong answers."""
+    (names without ``aten::``; everything else falls back to the CPU), its wrong answers and
+    the dtypes it cannot hold (c10 names: ``BFloat16``, ``ComplexFloat``, ``Double``...)."""
 
     refused: frozenset[str]
     native: frozenset[str]
     quirks: frozenset[str]
+    dtypes: frozenset[str] = frozenset()
 
 
 def gaps(profile: str) -> Gaps:
@@ -135,10 +147,11 @@ def gaps(profile: str) -> Gaps:
     chosen = profiles.resolve(profile)
     refused = profiles.refused_ops(profile)
     quirks = profiles.quirks(profile)
+    dtypes = frozenset(chosen.unsupported_dtypes)
     if not chosen.has_gaps:
-        return Gaps(refused, frozenset({"*"}), quirks)
+        return Gaps(refused, frozenset({"*"}), quirks, dtypes)
     native = frozenset(registered_ops.native_set(registered_ops.listed_ops(), None))
-    return Gaps(refused, native, quirks)
+    return Gaps(refused, native, quirks, dtypes)
 
 
 def kernels() -> list[Kernel]:
@@ -154,6 +167,10 @@ def kernels() -> list[Kernel]:
 
 def needed(kernel: Kernel, gaps: Gaps) -> bool:
     """Whether a profile has the gap ``kernel`` fixes."""
+    if kernel.quirk and kernel.quirk in gaps.quirks:
+        return True
+    if kernel.gap == "dtype":
+        return bool(gaps.dtypes)
     if kernel.gap == "refused":
         return kernel.op in gaps.refused
     if kernel.gap == "quirk":
@@ -189,19 +206,127 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         fixes: list[str] = []
         if profile is not None:
             missing = gaps(profile)
+            float64 = _float64_everywhere(backend)
+            if float64 is False:
+                missing = missing._replace(dtypes=missing.dtypes | {"Double"})
+            _configure_dtypes(missing, float64)
+            waiting: dict[str, list[Kernel]] = {}
             for kernel in kernels():
-                # A user's DMLPATCH_CPU_OPS entry wins over our fix.
-                if needed(kernel, missing) and kernel.qualified not in forced_names:
-                    with warnings.catch_warnings():
-                        # torch 2.4 warns when a Python kernel replaces the simulator's
-                        # registration for the same key: replacing it is the point.
-                        warnings.filterwarnings("ignore", "Warning only once for all operators")
-                        library.impl(kernel.name, kernel.function, kernel.key)
+                # A user's DMLPATCH_CPU_OPS entry wins over our fix; of two fixes for one
+                # operator, the earlier family's (half_on_host comes last).
+                taken = kernel.qualified in forced_names or kernel.qualified in fixes
+                if needed(kernel, missing) and not taken:
+                    if kernel.trigger:
+                        waiting.setdefault(kernel.trigger, []).append(kernel)
+                    else:
+                        _register(library, [kernel])
                     fixes.append(kernel.qualified)
+            _wait_for_triggers(waiting)
         forced = cpu_ops.register(library, forced_ops)
         _library = library
         _installed = Installed(backend, profile, tuple(fixes), tuple(forced))
         return _installed
+
+
+def _register(library: torch.library.Library, chosen: list[Kernel]) -> None:
+    for kernel in chosen:
+        with warnings.catch_warnings():
+            # torch 2.4 warns when a Python kernel replaces the simulator's registration for
+            # the same key: replacing it is the point.
+            warnings.filterwarnings("ignore", "Warning only once for all operators")
+            library.impl(kernel.name, kernel.function, kernel.key)
+
+
+def _wait_for_triggers(waiting: dict[str, list[Kernel]]) -> None:
+    """Fixes with a trigger are installed when a tensor of its dtype is first on the device
+    (:mod:`dmlpatch.opfix.triggers`), each set in a library of its own."""
+    import torch
+
+    from dmlpatch.opfix import sentinels, triggers
+
+    def install_now(chosen: list[Kernel]) -> None:
+        library = torch.library.Library("aten", "IMPL")
+        _register(library, chosen)
+        _triggered.append(library)
+
+    from dmlpatch.opfix import allocation, dtype_policy, transfers
+
+    if dtype_policy.current() is None:
+        # No allocation and copy kernels to see a trigger with: install them at once.
+        for chosen in waiting.values():
+            install_now(chosen)
+        return
+
+    def watched(dtype: torch.dtype, watching: bool) -> None:
+        # Until it fires, allocations and copies of the dtype take the path that tells it.
+        plain, waiting_now = allocation._plain, transfers._waiting
+        allocation.plain_dtypes(plain - {dtype} if watching else plain | {dtype})
+        transfers.watch_triggers(waiting_now | {dtype} if watching else waiting_now - {dtype})
+
+    for dtype_name, chosen in waiting.items():
+        dtype = getattr(torch, dtype_name)
+        triggers.wait(dtype, chosen, install_now)
+        watched(dtype, True)
+        triggers.when_fired(dtype, lambda dtype=dtype: watched(dtype, False))
+    sentinels.install()
+
+
+def arm_all() -> None:
+    """Install every fix that waits for a trigger now: before a program goes multithreaded on
+    the device (DataParallel's replica threads), so that nothing is registered while another
+    thread dispatches."""
+    import torch
+
+    from dmlpatch.opfix import triggers
+
+    for dtype in (torch.bool, torch.uint8):
+        triggers.seen(dtype)
+
+
+def _all_dtypes() -> list[torch.dtype]:
+    import torch
+
+    return [
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex32,
+        torch.complex64,
+        torch.complex128,
+    ]
+
+
+def _float64_everywhere(backend: str) -> Optional[bool]:
+    """Whether every adapter has float64: the simulator's setting; None on DirectML, whose
+    adapters are asked one by one when a float64 tensor comes their way."""
+    if backend != "sim":
+        return None
+    from dmlpatch import sim
+
+    return sim.has_float64()
+
+
+def _configure_dtypes(missing: Gaps, float64: Optional[bool]) -> None:
+    from dmlpatch.opfix import allocation, dtype_policy, transfers
+
+    transfers.through_host_between_adapters = "device-to-device" in missing.quirks
+    if missing.dtypes or float64 is None:
+        import torch
+
+        policy = dtype_policy.configure(missing.dtypes, float64)
+        allocation.install_load_hook()
+        attention = set(policy.unsupported) | set(policy.parts)
+        if float64 is not True:  # float64 takes the policy's path where adapters may lack it
+            attention.add(torch.float64)
+        transfers.watch_dtypes(frozenset(attention))
+        allocation.plain_dtypes(frozenset(_all_dtypes()) - attention)
 
 
 def install_for(backend: str) -> Optional[Installed]:
@@ -235,8 +360,16 @@ def installed() -> Optional[Installed]:
 def uninstall() -> None:
     """Remove every registered kernel: DirectML's own kernels serve the operators again."""
     global _library, _installed
+    from dmlpatch.opfix import allocation, sentinels, triggers
+
     with _lock:
         if _library is not None:
             _library._destroy()
+        for library in _triggered:
+            library._destroy()
+        _triggered.clear()
+        triggers.reset()
+        sentinels.uninstall()
         _library = None
         _installed = None
+        allocation.uninstall_load_hook()

@@ -22,13 +22,18 @@ class Kernel(NamedTuple):
     #: (installed where the operator is not native); ``missing``: DirectML has no kernel and
     #: its CPU fallback finds none either (installed where the operator is not native);
     #: ``quirk``: DirectML's kernel answers wrongly for some arguments (installed where the
-    #: profile has :attr:`quirk`).
+    #: profile has :attr:`quirk`); ``dtype``: a dtype DirectML cannot hold would come to exist
+    #: (installed where the device lacks one, :mod:`dmlpatch.opfix.dtype_policy`).
     gap: str
     #: The dispatch key it is registered for: ``AutogradPrivateUse1`` for a composition that
     #: autograd differentiates (an operator whose backward DirectML lacks too).
     key: str = "PrivateUse1"
-    #: For ``gap == "quirk"``: the wrong answer it fixes (a ``dmlpatch.gaps.profiles.QUIRKS`` name).
+    #: The wrong answer it fixes (a ``dmlpatch.gaps.profiles.QUIRKS`` name): installed where the
+    #: profile has it, whatever :attr:`gap` says.
     quirk: str = ""
+    #: A dtype (``bool``, ``uint8``): the fix waits until a tensor of it is first on the
+    #: device (:mod:`dmlpatch.opfix.triggers`); until then the operator is DirectML's own.
+    trigger: str = ""
 
     @property
     def op(self) -> str:

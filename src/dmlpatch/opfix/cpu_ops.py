@@ -1,27 +1,51 @@
 """``DMLPATCH_CPU_OPS=aten::foo,aten::bar.overload``: named operators run on the CPU.
 
 A bare name covers all overloads of the operator and its in-place twin (``aten::add``: add,
-add_, add.out); ``aten::add.Tensor`` names one overload.
+add_, add.out); ``aten::add.Tensor`` names one overload. Accepted: operators that reach the
+device (not those PyTorch composes of others above it, such as ``aten::linear``: the line
+that refuses one names what it is made of) and that the CPU can run: a CPU kernel, a
+composite one, or a CPU twin (the backend hooks ``convolution_overrideable`` and
+``convolution_backward_overrideable`` run as ``convolution`` and ``convolution_backward``).
+Any other name stops the program at its ``import torch`` with one line.
 
 For operators that are wrong or slow on a given adapter. Each call does what DirectML's own
 CPU fallback does: copy every device tensor argument to the CPU, run the CPU kernel, copy
 written arguments and new results back. Calls count as ``fallback`` with the copies they made
 (on the simulated device these are real transfers, so they appear in its transfer counters
-too). Autograd stays PyTorch's: only the kernel below it moves.
+too, and the report takes them out of the program's own: :func:`copies_made`). Autograd stays
+PyTorch's: only the kernel below it moves.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Optional
 
 import torch
 from torch.utils._pytree import tree_map
 
-from dmlpatch import log
 from dmlpatch.errors import UsageError
 from dmlpatch.opfix._accounting import record
 
 ENV = "DMLPATCH_CPU_OPS"
+
+#: Copies these kernels really made: direction -> [count, bytes].
+_made = {"d2h": [0, 0], "h2d": [0, 0]}
+_made_lock = threading.Lock()
+
+
+def copies_made() -> dict[str, dict[str, int]]:
+    """The device->host and host->device copies CPU kernels made, as the simulated device
+    counts transfers."""
+    with _made_lock:
+        return {k: {"count": c, "bytes": b} for k, (c, b) in _made.items()}
+
+
+def _made_one(direction: str, nbytes: int) -> None:
+    with _made_lock:
+        entry = _made[direction]
+        entry[0] += 1
+        entry[1] += nbytes
 
 
 def parse(text: str) -> list[str]:
@@ -71,10 +95,76 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
-    """A PrivateUse1 kernel running ``op`` on CPU copies of its arguments."""
+def _convolution_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    transposed: bool,
+    output_padding: Any,
+    groups: int,
+    output_mask: Any,
+) -> Any:
+    # The bias gradient has one entry per output channel.
+    channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return torch.ops.aten.convolution_backward.default(
+        grad_output,
+        input,
+        weight,
+        [channels],
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        output_mask,
+    )
+
+
+#: Backend hooks whose CPU kernel is none (their composite one raises "not implemented"),
+#: and the CPU operator that computes the same.
+_CPU_TWINS: dict[str, Callable[..., Any]] = {
+    "aten::convolution_overrideable": lambda *a, **k: torch.ops.aten.convolution.default(*a, **k),
+    "aten::convolution_backward_overrideable": _convolution_backward,
+}
+
+#: What common composites are made of, for the line that refuses them.
+_MADE_OF = {
+    "linear": "aten::addmm, aten::mm",
+    "matmul": "aten::mm, aten::bmm",
+    "bilinear": "aten::mm",
+    "einsum": "aten::bmm",
+    "layer_norm": "aten::native_layer_norm",
+    "group_norm": "aten::native_group_norm",
+    "batch_norm": "aten::native_batch_norm, aten::_native_batch_norm_legit_no_training",
+    "scaled_dot_product_attention": "aten::bmm, aten::_softmax",
+    **{
+        f"conv{kind}{n}d": "aten::convolution_overrideable"
+        for kind in ("", "_transpose")
+        for n in (1, 2, 3)
+    },
+}
+
+#: Told of every call a CPU kernel serves (the placement accounting of ordinary runs).
+_observer: Optional[Callable[[str, tuple[Any, ...], Any], None]] = None
+
+
+def observe(observer: Optional[Callable[[str, tuple[Any, ...], Any], None]]) -> None:
+    """``observer(name, args, result)`` after each call a CPU kernel serves (None: stop)."""
+    global _observer
+    _observer = observer
+
+
+def cpu_kernel(op: torch._ops.OpOverload, upcast_half: bool = False) -> Callable[..., Any]:
+    """A PrivateUse1 kernel running ``op`` (or its CPU twin) on CPU copies of its arguments;
+    with ``upcast_half``, float16 arguments are computed in float32 there and floating
+    results come back as float16 (for CPU kernels that have no float16)."""
     schema = op._schema
     name = op.name()
+    on_the_cpu = _CPU_TWINS.get(name, op)
     written = [
         i
         for i, a in enumerate(schema.arguments)
@@ -85,14 +175,26 @@ def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
         copies = 0
         nbytes = 0
         device: list[torch.device] = []
+        upcast: list[bool] = []
+
+        on_cpu: dict[int, torch.Tensor] = {}
 
         def to_cpu(value: Any) -> Any:
             nonlocal copies, nbytes
             if isinstance(value, torch.Tensor) and value.device.type == "privateuseone":
+                # One copy per tensor, however many arguments it is (attention's q, k, v).
+                if id(value) in on_cpu:
+                    return on_cpu[id(value)]
                 device.append(value.device)
                 copies += 1
                 nbytes += _nbytes(value)
-                return value.cpu()
+                _made_one("d2h", _nbytes(value))
+                host = value.cpu()
+                if upcast_half and value.dtype is torch.float16:
+                    upcast.append(True)
+                    host = host.float()
+                on_cpu[id(value)] = host
+                return host
             if isinstance(value, torch.device) and value.type == "privateuseone":
                 device.append(value)
                 return torch.device("cpu")
@@ -100,7 +202,7 @@ def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
 
         cpu_args = tree_map(to_cpu, args)
         cpu_kwargs = tree_map(to_cpu, kwargs)
-        result = op(*cpu_args, **cpu_kwargs)
+        result = on_the_cpu(*cpu_args, **cpu_kwargs)
         target = device[0] if device else torch.device("privateuseone", 0)
         originals: dict[int, torch.Tensor] = {}
         for i in written:
@@ -113,6 +215,7 @@ def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
                 before.copy_(after)
                 copies += 1
                 nbytes += _nbytes(after)
+                _made_one("h2d", _nbytes(after))
                 originals[id(after)] = before
 
         def to_device(value: Any) -> Any:
@@ -123,30 +226,77 @@ def cpu_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
                 return originals[id(value)]
             copies += 1
             nbytes += _nbytes(value)
+            _made_one("h2d", _nbytes(value))
+            if upcast and value.dtype is torch.float32:
+                return value.to(target, torch.float16)
             return value.to(target)
 
         moved = tree_map(to_device, result)
         record("fallback", name, copies, nbytes)
+        observer = _observer
+        if observer is not None:
+            observer(name, args, result)
         return moved
 
     return kernel
 
 
+def _runs_on_the_cpu(name: str, twins: bool = True) -> bool:
+    return (twins and name in _CPU_TWINS) or any(
+        torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+        for key in ("CPU", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+    )
+
+
+def _composite(name: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+
+
+def _accepted(overloads: list[torch._ops.OpOverload]) -> list[torch._ops.OpOverload]:
+    """The overloads that reach the device and can run on the CPU. An ``out=`` overload runs
+    its operator's CPU kernel, so it needs one (a twin serves the named overload alone)."""
+    default = next((op for op in overloads if op._overloadname == "default"), None)
+    plain = default is None or (
+        default.name() not in _CPU_TWINS and _runs_on_the_cpu(default.name(), twins=False)
+    )
+    return [
+        op
+        for op in overloads
+        if not _composite(op.name())
+        and _runs_on_the_cpu(op.name())
+        and (plain or not op._overloadname.endswith("out"))
+    ]
+
+
 def resolve(text: str) -> list[torch._ops.OpOverload]:
-    """The overloads named in ``text`` that can reach the device (others are reported)."""
+    """The overloads named in ``text``; a name that cannot be sent to the CPU is a
+    :class:`UsageError` that says which names can."""
     chosen = []
     for entry in parse(text):
-        for op in _overloads(entry):
-            if torch._C._dispatch_has_kernel_for_dispatch_key(
-                op.name(), "CompositeImplicitAutograd"
-            ):
-                log.warn_once(
-                    f"cpu-ops:{op.name()}",
-                    f"{ENV}: {op.name()} never reaches the device (PyTorch composes it of other "
-                    "operators); name those instead",
-                )
-                continue
-            chosen.append(op)
+        overloads = _overloads(entry)
+        default = next((op for op in overloads if op._overloadname == "default"), None)
+        # aten::linear names the operator a program calls, and PyTorch composes it above the
+        # device: its out= overload alone would be a silent no-op.
+        composed = (default is not None and _composite(default.name())) or (
+            bool(overloads) and all(_composite(op.name()) for op in overloads)
+        )
+        accepted = [] if composed else _accepted(overloads)
+        if accepted:
+            chosen.extend(accepted)
+        elif composed:
+            short = entry.partition("::")[2].split(".", 1)[0]
+            made_of = _MADE_OF.get(short)
+            instead = f" ({made_of})" if made_of else " (those dmlpatch check lists)"
+            raise UsageError(
+                f"{ENV}: {entry} never reaches the device: PyTorch composes it of other "
+                f"operators; name those instead{instead}"
+            )
+        else:
+            raise UsageError(
+                f"{ENV}: {entry} cannot run on the CPU (it has no CPU kernel); accepted: "
+                "operators with a CPU kernel, and aten::convolution_overrideable / "
+                "aten::convolution_backward_overrideable (the convolution)"
+            )
     return chosen
 
 

@@ -10,11 +10,12 @@ over uint8.
   the program sees ``UnicodeDecodeError``. The fix sums in int64 and casts to the dtype asked
   for (the CPU's answer: uint8 results wrap the same way).
 
-Every other call goes to DirectML's own kernel, through the ``.out`` variant it registers
-(``mul.out``, ``sum.IntList_out``) with an output of the final size, so only the calls DirectML
-gets wrong change path. That
-still costs a Python call on every multiplication and sum on the device: ``benchmarks/ops.py``
-measures it.
+Every other call goes to DirectML's own kernel, through PyTorch's structured composite (its
+meta function sizes and types the output, then DirectML's ``mul.out``/``sum.IntList_out``
+runs), so only the calls DirectML gets wrong change path. Each fix waits until a tensor of its
+dtype first exists on the device (:mod:`dmlpatch.opfix.triggers`): a program that never puts a
+bool (uint8) tensor there never pays a Python call on its products (sums); after that, each
+costs one (``benchmarks/ops.py``).
 """
 
 from __future__ import annotations
@@ -23,43 +24,38 @@ from typing import Optional, Union
 
 import torch
 
+from dmlpatch.opfix import sentinels
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 
 _BOOL = torch.bool
+_UINT8 = torch.uint8
+_TENSOR = torch.Tensor
+#: PyTorch's structured kernels for any backend: meta, then DirectML's own ``.out`` kernel.
+_COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional
+_mul_kernel = torch.ops.aten.mul.Tensor
+_mul_in_place = torch.ops.aten.mul_.Tensor
+_sum_kernel = torch.ops.aten.sum.dim_IntList
 
 
 def _mul(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:
     # A Python number (x * 2 reaches mul.Tensor as a wrapped number) arrives as itself; either
     # operand may be a CPU scalar tensor (a scheduler's beta ** 0.5 times a device tensor).
-    if isinstance(other, torch.Tensor):
-        if other.dtype is _BOOL and self.dtype is not _BOOL:
-            record("fixed", "aten::mul.out")
-            other = other.to(torch.result_type(self, other))
-        dtype = self.dtype if other.dtype is self.dtype else torch.result_type(self, other)
-        out = _output(self, other, dtype)
-    else:
-        out = torch.empty_like(self, dtype=torch.result_type(self, other))
-    return torch.ops.aten.mul.out(self, other, out=out)
-
-
-def _output(self: torch.Tensor, other: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The product's tensor, sized as PyTorch would (an ``out=`` tensor DirectML need not
-    resize), in the layout of the operand it has the shape of (channels_last stays so)."""
-    device = (self if self.device.type != "cpu" else other).device
-    shape = self.shape if self.shape == other.shape else None
-    shape = shape or torch.broadcast_shapes(self.shape, other.shape)
-    for operand in (self, other):
-        if operand.shape == shape:
-            return torch.empty_like(operand, dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
+    sentinels.stand_aside()
+    if type(other) is _TENSOR and other.dtype is _BOOL and self.dtype is not _BOOL:
+        record("fixed", "aten::mul.out")
+        other = other.to(torch.result_type(self, other))
+    result: torch.Tensor = _mul_kernel._op_dk(_COMPOSITE, self, other)
+    return result
 
 
 def _mul_(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:
-    if isinstance(other, torch.Tensor) and other.dtype is _BOOL and self.dtype is not _BOOL:
+    sentinels.stand_aside()
+    if type(other) is _TENSOR and other.dtype is _BOOL and self.dtype is not _BOOL:
         record("fixed", "aten::mul.out")
         other = other.to(self.dtype)
-    return torch.ops.aten.mul.out(self, other, out=self)
+    result: torch.Tensor = _mul_in_place._op_dk(_COMPOSITE, self, other)
+    return result
 
 
 def _sum(
@@ -69,30 +65,16 @@ def _sum(
     *,
     dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
-    if self.dtype is torch.uint8:
+    if self.dtype is _UINT8:
         record("fixed", "aten::sum.IntList_out")
-        wide = self.to(torch.int64)
-        out = wide.new_empty(_reduced(self, dim, keepdim))
-        total = torch.ops.aten.sum.IntList_out(wide, dim, keepdim, out=out)
+        total: torch.Tensor = _sum_kernel._op_dk(_COMPOSITE, self.to(torch.int64), dim, keepdim)
         return total if dtype in (None, torch.int64) else total.to(dtype)
-    if dtype is None:
-        exact = self.is_floating_point() or self.is_complex()
-        dtype = self.dtype if exact else torch.int64
-    out = self.new_empty(_reduced(self, dim, keepdim), dtype=dtype)
-    return torch.ops.aten.sum.IntList_out(self, dim, keepdim, dtype=dtype, out=out)
-
-
-def _reduced(self: torch.Tensor, dim: Optional[list[int]], keepdim: bool) -> list[int]:
-    """The shape of a sum over ``dim`` (every dimension when it is None or empty)."""
-    rank = self.dim()
-    dims = range(rank) if not dim else {d % max(rank, 1) for d in dim}
-    if keepdim:
-        return [1 if d in dims else size for d, size in enumerate(self.shape)]
-    return [size for d, size in enumerate(self.shape) if d not in dims]
+    result: torch.Tensor = _sum_kernel._op_dk(_COMPOSITE, self, dim, keepdim, dtype=dtype)
+    return result
 
 
 KERNELS = (
-    Kernel("mul.Tensor", _mul, "quirk", quirk="float-times-bool"),
-    Kernel("mul_.Tensor", _mul_, "quirk", quirk="float-times-bool"),
-    Kernel("sum.dim_IntList", _sum, "quirk", quirk="uint8-reduction"),
+    Kernel("mul.Tensor", _mul, "quirk", quirk="float-times-bool", trigger="bool"),
+    Kernel("mul_.Tensor", _mul_, "quirk", quirk="float-times-bool", trigger="bool"),
+    Kernel("sum.dim_IntList", _sum, "quirk", quirk="uint8-reduction", trigger="uint8"),
 )

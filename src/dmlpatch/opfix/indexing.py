@@ -1,6 +1,6 @@
-"""``repeat_interleave`` with a tensor of repeats, ``count_nonzero`` along dimensions and
-``upsample_nearest1d`` (forward and backward), which torch-directml 0.2.5 runs on the CPU,
-composed on the device.
+"""``repeat_interleave`` with a tensor of repeats, ``count_nonzero`` along dimensions,
+``upsample_nearest1d`` (forward and backward) and ``unfold_backward``, which torch-directml
+0.2.5 runs on the CPU, composed on the device.
 
 ========================== ===============================================================
 repeat_interleave.Tensor   each position ``i`` written ``repeats[i]`` times: a scatter-add of
@@ -9,6 +9,12 @@ count_nonzero.dim_IntList  ``(x != 0).sum(dim)`` (#665)
 upsample_nearest1d         ``index_select`` of ``min(floor(j * scale), n - 1)``, ``scale`` in
                            float32 as the CPU kernel computes it (#718); the backward is the
                            scatter-add of the gradient to those indices
+roll                       two slices of each rolled dimension, concatenated (``fftshift``)
+index_add                  ``scatter_add`` with the index spread along the added rows (the
+                           backward of every overlapping ``as_strided``: ``torch.stft``'s)
+unfold_backward            the overlap-add of windows (``torch.istft``'s, and the backward of
+                           ``Tensor.unfold``: ``torch.stft`` in training): a sum of shifted
+                           slices when the hop divides the window, else ``scatter_add``
 ========================== ===============================================================
 """
 
@@ -19,7 +25,7 @@ from typing import Optional
 import torch
 
 from dmlpatch.opfix._accounting import record
-from dmlpatch.opfix._kernel import Kernel, into
+from dmlpatch.opfix._kernel import Kernel, functional, in_place, into
 
 
 def _repeat_interleave(repeats: torch.Tensor, *, output_size: Optional[int] = None) -> torch.Tensor:
@@ -103,7 +109,82 @@ def _upsample_nearest1d_backward(
     )
 
 
+def _unfold_backward(
+    grad_in: torch.Tensor, input_sizes: list[int], dim: int, size: int, step: int
+) -> torch.Tensor:
+    record("fixed", "aten::unfold_backward")
+    dim = dim % max(len(input_sizes), 1)
+    length = input_sizes[dim]
+    windows = grad_in.shape[dim] if grad_in.dim() > 1 else grad_in.shape[0]
+    # [..., windows, size]: the windows along the second-last dimension, their positions last.
+    grads = grad_in.movedim(dim, -2) if len(input_sizes) > 0 else grad_in
+    lead = grads.shape[:-2]
+    out = grads.new_zeros(*lead, length)
+    if size % step == 0:
+        # Window w's block b (of `step` values) lands at (w + b) * step: one shifted slice per b.
+        blocks = grads.reshape(*lead, windows, size // step, step)
+        for b in range(size // step):
+            piece = blocks[..., b, :].reshape(*lead, windows * step)
+            out[..., b * step : b * step + windows * step] += piece
+    else:
+        offsets = torch.arange(size, device=grads.device)
+        starts = torch.arange(windows, device=grads.device) * step
+        index = (starts.unsqueeze(1) + offsets.unsqueeze(0)).reshape(-1)
+        values = grads.reshape(*lead, windows * size)
+        out.scatter_add_(-1, index.expand_as(values), values)
+    return out.movedim(-1, dim)
+
+
+def _roll(self: torch.Tensor, shifts: list[int], dims: Optional[list[int]] = None) -> torch.Tensor:
+    record("fixed", "aten::roll")
+    if not dims:
+        if len(shifts) != 1:
+            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:0")
+        return _roll(self.flatten(), shifts, [0]).view(self.shape)
+    if len(shifts) != len(dims):
+        raise RuntimeError(
+            f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}"
+        )
+    out = self
+    for shift, dim in zip(shifts, dims):
+        size = out.shape[dim]
+        cut = shift % size if size else 0
+        if cut:
+            out = torch.cat((out.narrow(dim, size - cut, cut), out.narrow(dim, 0, size - cut)), dim)
+    return out.clone() if out is self else out
+
+
+def _index_add_out(
+    self: torch.Tensor,
+    dim: int,
+    index: torch.Tensor,
+    source: torch.Tensor,
+    *,
+    alpha: float = 1,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    record("fixed", "aten::index_add.out")
+    if index.dim() > 1:
+        raise IndexError("index_add_(): Index is supposed to be a vector")
+    dim = dim % max(self.dim(), 1)
+    values = source if alpha == 1 else source * alpha
+    if self.dim() == 0:
+        spread = index.reshape(values.shape)
+    else:
+        shape = [1] * values.dim()
+        shape[dim] = index.numel()
+        spread = index.reshape(shape).expand_as(values)
+    if out is not self:
+        into(out, self)
+    return out.scatter_add_(dim, spread.to(out.device), values)
+
+
 KERNELS = (
+    Kernel("index_add.out", _index_add_out, "fallback"),
+    Kernel("index_add", functional(_index_add_out), "fallback"),
+    Kernel("index_add_", in_place(_index_add_out), "fallback"),
+    Kernel("roll", _roll, "fallback"),
+    Kernel("unfold_backward", _unfold_backward, "fallback"),
     Kernel("repeat_interleave.Tensor", _repeat_interleave, "fallback"),
     Kernel("count_nonzero.dim_IntList", _count_nonzero, "fallback"),
     Kernel("upsample_nearest1d.out", _upsample_nearest1d_out, "fallback"),

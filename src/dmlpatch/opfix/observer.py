@@ -27,8 +27,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from dmlpatch import opfix
-from dmlpatch.opfix import _accounting
+from dmlpatch.opfix import _accounting, serving
 
 _DEVICE_TYPE = "privateuseone"
 
@@ -51,16 +50,12 @@ class Observer(TorchDispatchMode):
 
     def __init__(self, profile: str) -> None:
         super().__init__()
-        from dmlpatch.gaps import profiles, registered_ops
+        from dmlpatch.gaps import profiles
 
-        self._native = opfix.gaps(profile).native
-        index = registered_ops.load_index(None)
-        self._delegates = dict(index.delegates) if index is not None else {}
+        #: How DirectML serves each overload (check reads it for where compute ran).
+        self.serving = serving.Serving(profile)
         self._refusals = {rule.message.split("{n}")[0] for rule in profiles.resolve(profile).rules}
         self._refusals.add("DirectML kernel is not implemented!")
-        installed = opfix.installed()
-        self._self_reporting = set(installed.fixes + installed.cpu_ops) if installed else set()
-        self._kinds: dict[Any, tuple[str, str]] = {}
         self._lock = threading.Lock()
         self.ops: dict[str, dict[str, int]] = {
             "native": {},
@@ -75,31 +70,10 @@ class Observer(TorchDispatchMode):
     # ---- classification ----
 
     def _classify(self, func: Any) -> tuple[str, str]:
-        """(kind, reported name) for an overload, decided once."""
-        known = self._kinds.get(func)
-        if known is not None:
-            return known
-        name = func.name()
-        namespace, _, short = name.partition("::")
-        reported_short = self._delegates.get(short, short) if namespace == "aten" else short
-        reported = f"{namespace}::{reported_short}"
-        if name in self._self_reporting:
-            kind = "self"
-        elif "*" in self._native or (
-            namespace == "aten" and (short in self._native or reported_short in self._native)
-        ):
-            kind = "native"
-        elif short not in self._delegates and torch._C._dispatch_has_kernel_for_dispatch_key(
-            name, "CompositeExplicitAutograd"
-        ):
-            # PyTorch composes it of other operators on the device. (Structured operators
-            # also have a composite kernel, for functionalization; DirectML still needs
-            # their .out kernel.)
-            kind = "native"
-        else:
-            kind = "fallback"
-        self._kinds[func] = (kind, reported)
-        return kind, reported
+        """(kind, reported name) for an overload: fixes and forced-CPU operators report
+        themselves."""
+        how, reported = self.serving.of(func)
+        return ("self" if how in (serving.FIXED, serving.CPU) else how), reported
 
     # ---- counting ----
 

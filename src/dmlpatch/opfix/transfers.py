@@ -1,14 +1,22 @@
-"""Copies from one DirectML adapter to another, through the host.
+"""``Tensor.to`` on DirectML: copies between adapters through the host, and the dtypes
+DirectML cannot hold.
 
-DirectML copies a tensor to another adapter as zeros (microsoft/DirectML#443:
-``torch.randn(1).to(dml0).to(dml1)`` is ``tensor([0.])``; ``.cpu()`` in between keeps the
-value). ``Tensor.to``, the ``.cuda(i)`` and ``.to('cuda:i')`` of rewritten programs and
-DataParallel's scatter, replicate and gather (and the backward of each) all copy with
-``_to_copy``, which this module serves for device tensors: a copy to another adapter goes to
-the host and back (two copies, each a direction DirectML gets right); every other call is the
-composite kernel PyTorch gives DirectML, written out: an empty tensor with the layout asked
-for (``empty_like`` keeps strides as ``_to_copy`` does), then ``copy_``.
+Every ``Tensor.to``, ``.cuda()``, ``.bfloat16()``, ``module.to(...)`` and DataParallel's
+scatter, replicate and gather copy with ``aten::_to_copy``; PyTorch selects the DirectML kernel
+for it whenever the source or the destination is a DirectML tensor. This module serves it, for
+two of DirectML's failures:
 
+- **another adapter**: DirectML copies a tensor to another adapter as zeros
+  (microsoft/DirectML#443: ``torch.randn(1).to(dml0).to(dml1)`` is ``tensor([0.])``;
+  ``.cpu()`` in between keeps the value), so such a copy goes to the host and back (two
+  copies, each a direction DirectML gets right);
+- **bfloat16, complex, float64 without adapter support** (:mod:`dmlpatch.opfix.dtype_policy`):
+  the destination dtype is the policy's, and the cast happens on the host before the copy
+  (a bfloat16 checkpoint asked for as float16 never holds float32 on the device); complex
+  tensors become :class:`~dmlpatch.opfix.complex.tensor.PairedComplex`.
+
+Every other call is the composite kernel PyTorch gives DirectML, written out: an empty tensor
+with the layout asked for (``empty_like`` keeps strides as ``_to_copy`` does), then ``copy_``.
 ``dst.copy_(src)`` across adapters is DirectML's own ``copy_`` and still gives zeros.
 """
 
@@ -18,10 +26,27 @@ from typing import Optional
 
 import torch
 
+from dmlpatch.opfix import dtype_policy, triggers
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.complex.tensor import wrap
 
 _HOST = torch.device("cpu")
+
+#: Whether copies to another adapter go through the host (the profile has DirectML's quirk).
+through_host_between_adapters = True
+#: Dtypes (source or destination) that DirectML cannot hold: their copies follow the policy.
+_attention: frozenset[torch.dtype] = frozenset()
+
+#: Dtypes a waiting fix watches for (:mod:`dmlpatch.opfix.triggers`).
+_waiting: frozenset[torch.dtype] = frozenset()
+_empty_like = torch.empty_like
+_PRESERVE = torch.preserve_format
+
+
+def watch_triggers(dtypes: frozenset[torch.dtype]) -> None:
+    global _waiting
+    _waiting = dtypes
 
 
 def _to_copy(
@@ -34,16 +59,102 @@ def _to_copy(
     non_blocking: bool = False,
     memory_format: Optional[torch.memory_format] = None,
 ) -> torch.Tensor:
-    if device is not None and device.type == self.device.type:
-        if device.index is None:  # the current adapter, as PyTorch's kernel resolves it
-            device = torch.empty(0, device=device).device
-        if device.index != self.device.index:
-            host = _copy(self, dtype, layout, _HOST, False, memory_format)
-            out = _copy(host, None, None, device, False, memory_format)
-            nbytes = host.numel() * host.element_size()
-            record("fixed", "aten::_to_copy", 2, 2 * nbytes)
-            return out
-    return _copy(self, dtype, layout, device, non_blocking, memory_format)
+    wanted = self.dtype if dtype is None else dtype
+    target = self.device if device is None else device
+    if target.type == "privateuseone":
+        if wanted in _attention or self.dtype in _attention:
+            return _to_copy_under_policy(
+                self, dtype, layout, target, pin_memory, non_blocking, memory_format
+            )
+        if wanted in _waiting:
+            triggers.seen(wanted)
+        if through_host_between_adapters and _another_adapter(self, target):
+            return _through_host(self, dtype, layout, target, memory_format)
+    if layout is not None or pin_memory:
+        return _copy(self, dtype, layout, device, non_blocking, memory_format)
+    # PyTorch's composite kernel for a strided tensor, in the fewest calls from Python.
+    out = _empty_like(self, dtype=dtype, device=device, memory_format=memory_format or _PRESERVE)
+    return out.copy_(self, non_blocking=non_blocking)
+
+
+def _another_adapter(self: torch.Tensor, target: torch.device) -> bool:
+    if self.device.type != target.type:
+        return False
+    index = target.index if target.index is not None else torch.empty(0, device=target).device.index
+    return self.device.index != index
+
+
+def _through_host(
+    self: torch.Tensor,
+    dtype: Optional[torch.dtype],
+    layout: Optional[torch.layout],
+    target: torch.device,
+    memory_format: Optional[torch.memory_format],
+) -> torch.Tensor:
+    host = _copy(self, dtype, layout, _HOST, False, memory_format)
+    if target.index is None:
+        target = torch.empty(0, device=target).device
+    out = _copy(host, None, None, target, False, memory_format)
+    nbytes = host.numel() * host.element_size()
+    record("fixed", "aten::_to_copy", 2, 2 * nbytes)
+    return out
+
+
+def _to_copy_under_policy(
+    self: torch.Tensor,
+    dtype: Optional[torch.dtype],
+    layout: Optional[torch.layout],
+    target: torch.device,
+    pin_memory: Optional[bool],
+    non_blocking: bool,
+    memory_format: Optional[torch.memory_format],
+) -> torch.Tensor:
+    """A copy to the device whose dtype (asked for, or the source's) DirectML cannot hold."""
+    if target.index is None:  # the current adapter, as PyTorch's kernel resolves it
+        target = torch.empty(0, device=target).device
+    policy = dtype_policy.current()
+    assert policy is not None  # _attention is empty without a policy
+    wanted = self.dtype if dtype is None else dtype
+    if policy.paired(wanted) or self.is_complex():
+        return _to_paired(self, wanted, target, policy, non_blocking)
+    stored = policy.stored(wanted, target.index)
+    if stored is not wanted:
+        record("fixed", "aten::_to_copy")
+        if self.device.type == "cpu":
+            self = self.to(stored)  # cast on the host: the device holds only `stored`
+        dtype = stored
+    if through_host_between_adapters and _another_adapter(self, target):
+        return _through_host(self, dtype, layout, target, memory_format)
+    return _copy(self, dtype, layout, target, non_blocking, memory_format)
+
+
+def watch_dtypes(dtypes: frozenset[torch.dtype]) -> None:
+    """The dtypes whose copies to the device take the policy's path (set at install)."""
+    global _attention
+    _attention = dtypes
+
+
+def _to_paired(
+    self: torch.Tensor,
+    wanted: torch.dtype,
+    target: torch.device,
+    policy: dtype_policy.Policy,
+    non_blocking: bool,
+) -> torch.Tensor:
+    """A complex tensor (or a complex source) arriving on the device."""
+    record("fixed", "aten::_to_copy")
+    if not wanted.is_complex:
+        # Complex to real: the real part, with PyTorch's own warning, cast where it is.
+        return _copy(self.to(wanted), None, None, target, non_blocking, None)
+    part = policy.stored(wanted, target.index)
+    if self.is_complex():
+        pairs = torch.view_as_real(self.resolve_conj())
+    else:
+        real = self.to(part)
+        pairs = torch.stack((real, torch.zeros_like(real)), dim=-1)
+    if self.device.type == "cpu" and pairs.dtype is not part:
+        pairs = pairs.to(part)
+    return wrap(_copy(pairs, part, None, target, non_blocking, torch.contiguous_format))
 
 
 def _copy(
@@ -71,4 +182,4 @@ def _copy(
     return out.copy_(self, non_blocking=non_blocking)
 
 
-KERNELS = (Kernel("_to_copy", _to_copy, "quirk", quirk="device-to-device"),)
+KERNELS = (Kernel("_to_copy", _to_copy, "dtype", quirk="device-to-device"),)

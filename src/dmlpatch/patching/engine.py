@@ -8,7 +8,7 @@ import sys
 from dmlpatch import log, report
 from dmlpatch.devices import resolution
 from dmlpatch.patching import plan, wrapping
-from dmlpatch.rewriting import discovery, hook
+from dmlpatch.rewriting import composition, discovery, hook
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     leaves = list(map(discovery.Leave._make, chosen["leaves"]))
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
     hook.when_imported("torch", _start_placement)
+    composition.watch_installers(hook.to_front)
+    hook.when_imported("torch", hook.look_for_taken_at_exit)
     _active = True
     return True
 

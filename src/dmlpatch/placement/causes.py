@@ -10,6 +10,9 @@ may read source files. In order:
    the hook;
 3. otherwise, a device the program or a library chose at run time (a ``device=`` argument, a
    library's default).
+
+Where most of the CPU compute ran on device tensors, through DirectML's CPU fallback for an
+operator it lacks (or ``DMLPATCH_CPU_OPS``), that operator is the cause (:func:`fallback`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ _EXPLICIT_CPU = re.compile(
 
 
 class Cause(NamedTuple):
-    kind: str  # explicit-cpu | not-rewritten | chosen-at-run-time
+    kind: str  # explicit-cpu | not-rewritten | chosen-at-run-time | fallback | cpu-ops
     where: Optional[str]  # file:line
     text: str  # one clause for a person
 
@@ -61,6 +64,30 @@ def likely(cpu_files: list[str], main_file: Optional[str]) -> Cause:
         None,
         "tensors placed on the CPU where no CUDA site says otherwise (created without "
         "device=, which means the CPU, or given a device the program or a library chose)",
+    )
+
+
+def fallback(operator: str, where: Optional[str]) -> Cause:
+    """The cause when CPU fallbacks ran most of the CPU compute: ``operator``, first called at
+    ``where``, with its known failure where the catalogue has one."""
+    from dmlpatch import opfix
+    from dmlpatch.gaps import catalogue
+
+    at = f" (first at {where})" if where else ""
+    installed = opfix.installed()
+    if installed is not None and operator in installed.cpu_ops:
+        return Cause(
+            "cpu-ops",
+            where,
+            f"DMLPATCH_CPU_OPS sends {operator} to the CPU{at}; leave it out to run it on the "
+            "device",
+        )
+    known = catalogue.for_gap(operator, "fallback")
+    entry = f"; known failure {known[0].key}: {known[0].remedy}" if known else ""
+    return Cause(
+        "fallback",
+        where,
+        f"DirectML has no kernel for {operator}, so its CPU fallback ran it{at}{entry}",
     )
 
 

@@ -130,6 +130,9 @@ _OPERATORS = {
     "vdot": MATMUL,
     "convolution": CONVOLUTION,
     "convolution_backward": CONVOLUTION,
+    # The backend's own (DMLPATCH_CPU_OPS may send them to the CPU).
+    "convolution_overrideable": CONVOLUTION,
+    "convolution_backward_overrideable": CONVOLUTION,
     "_convolution": CONVOLUTION,
     "native_batch_norm": NORMALIZATION,
     "_native_batch_norm_legit": NORMALIZATION,
@@ -147,7 +150,12 @@ _OPERATORS = {
     "gru": RECURRENT,
     "rnn_tanh": RECURRENT,
     "rnn_relu": RECURRENT,
+    "_transformer_encoder_layer_fwd": ATTENTION,
 }
+
+#: Whole attention blocks in one operator (nn.MultiheadAttention's and
+#: nn.TransformerEncoderLayer's inference fast paths): their projections are inside.
+_FUSED_BLOCKS = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})
 
 
 _WITH_BIAS_FIRST = frozenset({"addmm", "_addmm_activation", "baddbmm", "addbmm", "addmv"})
@@ -180,7 +188,7 @@ def operator_flops(name: str, args: tuple[Any, ...], result: Any) -> int:
         inner = _shape(left)[-1] if _shape(left) else 0
         return 2 * inner * (out.numel() if out is not None else 0)
     if family == CONVOLUTION:
-        if name == "convolution_backward":
+        if name in ("convolution_backward", "convolution_backward_overrideable"):
             grad_output, weight = args[0], args[2]
             per_output = _numel(weight) // max(1, _shape(weight)[0] if _shape(weight) else 1)
             return 2 * 2 * _numel(grad_output) * per_output  # grad of input and of weight
@@ -191,6 +199,8 @@ def operator_flops(name: str, args: tuple[Any, ...], result: Any) -> int:
         return 2 * spread * per_output
     if family == NORMALIZATION:
         return _NORM_FLOPS_PER_ELEMENT * _numel(args[0] if args else None)
+    if name in _FUSED_BLOCKS:
+        return _fused_block_flops(args)
     if family == ATTENTION:
         query, key = (args[0], args[1]) if len(args) > 1 else (None, None)
         q, k = _shape(query), _shape(key)
@@ -200,3 +210,20 @@ def operator_flops(name: str, args: tuple[Any, ...], result: Any) -> int:
     if family == RECURRENT:
         return 2 * sum(_numel(a) for a in args if isinstance(a, torch.Tensor))
     return 0
+
+
+def _fused_block_flops(args: tuple[Any, ...]) -> int:
+    """Every token meets every weight matrix of the block once, then the scores and their
+    weighted sum over every key (the query is batch-first: the fast paths' layout)."""
+    query = args[0] if args else None
+    q = _shape(query)
+    if len(q) < 2:
+        return 0
+    tokens = math.prod(q[:-1])
+    key = args[1] if len(args) > 1 and len(_shape(args[1])) >= 2 else query
+    weights = sum(
+        a.numel()
+        for a in args[3:]
+        if isinstance(a, torch.Tensor) and a.dim() == 2 and a.is_floating_point()
+    )
+    return 2 * tokens * weights + 4 * tokens * _shape(key)[-2] * q[-1]

@@ -1,5 +1,6 @@
-"""The counts: model compute on the device, model compute on the CPU (per source line), and
-CPU work that belongs to data loading.
+"""The counts: model compute on the device, model compute on the CPU (per source line, and per
+operator where a CPU fallback ran it on device tensors), and CPU work that belongs to data
+loading.
 
 One ledger per process, filled by whichever counter is on (:mod:`.module_hooks` in ordinary
 runs, :mod:`.operators` under ``dmlpatch check``) and read at exit by :mod:`.summary`.
@@ -33,6 +34,8 @@ class Ledger:
         self._lock = _thread.allocate_lock()
         self.places: dict[str, list[int]] = {}
         self.cpu_sites: dict[Optional[Site], dict[str, Any]] = {}
+        #: Operator -> calls, FLOPs and first line, for compute a fallback ran on the CPU.
+        self.fallbacks: dict[str, dict[str, Any]] = {}
 
     def add(self, place: str, flops: int) -> None:
         with self._lock:
@@ -43,16 +46,31 @@ class Ledger:
                 entry[0] += 1
                 entry[1] += flops
 
-    def add_cpu(self, site: Optional[Site], family: str, flops: int) -> None:
-        """Model compute on the CPU, run from ``site``."""
+    def add_cpu(
+        self, site: Optional[Site], family: str, flops: int, fallback: Optional[str] = None
+    ) -> None:
+        """Model compute on the CPU, run from ``site``; ``fallback``: the operator whose CPU
+        fallback ran it although its arguments were on the device."""
         self.add(CPU, flops)
         with self._lock:
             entry = self.cpu_sites.get(site)
             if entry is None:
-                entry = self.cpu_sites[site] = {"calls": 0, "flops": 0, "families": set()}
+                entry = self.cpu_sites[site] = {
+                    "calls": 0,
+                    "flops": 0,
+                    "families": set(),
+                    "fallbacks": set(),
+                }
             entry["calls"] += 1
             entry["flops"] += flops
             entry["families"].add(family)
+            if fallback is not None:
+                entry["fallbacks"].add(fallback)
+                tally = self.fallbacks.get(fallback)
+                if tally is None:
+                    tally = self.fallbacks[fallback] = {"calls": 0, "flops": 0, "site": site}
+                tally["calls"] += 1
+                tally["flops"] += flops
 
     def totals(self, place: str) -> tuple[int, int]:
         with self._lock:
@@ -77,10 +95,15 @@ class Ledger:
         with self._lock:
             return sorted(self.cpu_sites.items(), key=lambda item: -item[1]["flops"])
 
+    def heaviest_fallbacks(self) -> list[tuple[str, dict[str, Any]]]:
+        with self._lock:
+            return sorted(self.fallbacks.items(), key=lambda item: -item[1]["flops"])
+
     def reset(self) -> None:
         with self._lock:
             self.places.clear()
             self.cpu_sites.clear()
+            self.fallbacks.clear()
 
 
 _current: Optional[Ledger] = None

@@ -4,7 +4,9 @@ Cheap enough to be on by default: for every module call the hook costs a diction
 the module's type, and only convolution, linear, attention, normalisation and recurrent layers
 go further (their output's device, a FLOP estimate from shapes). A layer that ran on the CPU
 also records the line that called it, once per layer object. Functional calls
-(``F.linear``, ``x @ w``) are not seen here; ``dmlpatch check`` counts every operator.
+(``F.linear``, ``x @ w``) are not seen here; ``dmlpatch check`` counts every operator. A layer
+on the device whose operator DirectML ran through its CPU fallback gives those FLOPs back
+(:mod:`.fallbacks` counts them on the CPU).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch._C import _is_tracing
 from torch.nn.modules import module as _module
 from torch.utils.hooks import RemovableHandle
 
-from dmlpatch.placement import families, frames, ledger
+from dmlpatch.placement import fallbacks, families, frames, ledger
 
 _UNSEEN = "unseen"
 _handle: Optional[RemovableHandle] = None
@@ -76,6 +78,8 @@ def _count(
         return
     flops = families.layer_flops(family, module, inputs, out)
     if kind != "cpu":
+        if fallbacks.given_back:
+            flops = max(0, flops - fallbacks.given_back.pop(module, 0))
         book.add(kind, flops)
         return
     caller = _callers.get(module)

@@ -4,6 +4,12 @@ A :class:`~torch.utils._python_dispatch.TorchDispatchMode` sees each operator be
 functional calls and backward included, so a matrix product written as ``x @ w`` on the CPU is
 counted as surely as a CPU ``nn.Linear``. Each CPU call walks the Python stack for its source
 line; that costs tens of microseconds, which ``check`` can afford and an ordinary run need not.
+
+A call on device tensors is not always device compute: an operator DirectML lacks runs through
+its CPU fallback (the arguments copied out, the CPU kernel, the results copied back), and
+``DMLPATCH_CPU_OPS`` sends named operators the same way. Given how the backend serves each
+operator (:mod:`dmlpatch.opfix.serving`), such calls count as CPU compute, with the line and
+the operator.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 from torch._C import _is_tracing
@@ -19,6 +25,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from dmlpatch.placement import families, frames, ledger
+
+if TYPE_CHECKING:
+    from dmlpatch.opfix.serving import Serving
 
 
 def _device_of(values: Any) -> str:
@@ -36,12 +45,17 @@ def _device_of(values: Any) -> str:
 
 
 class Counter(TorchDispatchMode):
-    """Fills a ledger (``counted='operators'``) while it is on the dispatch stack."""
+    """Fills a ledger (``counted='operators'``) while it is on the dispatch stack.
 
-    def __init__(self) -> None:
+    ``serving``: how the backend serves each operator; without it every call on device
+    tensors counts as device compute.
+    """
+
+    def __init__(self, serving: Optional[Serving] = None) -> None:
         super().__init__()
         self.ledger = ledger.start("operators")
         self._families: dict[Any, Any] = {}
+        self._serving = serving
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -64,6 +78,11 @@ class Counter(TorchDispatchMode):
         if kind in ("", "meta"):
             return
         flops = families.operator_flops(name, tuple(args), result)
+        fallback = None
+        if kind != "cpu" and self._serving is not None:
+            how, reported = self._serving.of(func)
+            if how in ("fallback", "cpu"):
+                kind, fallback = "cpu", reported
         if kind == "cpu":
             # Frames: _count, __torch_dispatch__, then torch's dispatch machinery.
             caller = frames.caller(depth=2)
@@ -72,7 +91,7 @@ class Counter(TorchDispatchMode):
             elif caller.loading:
                 self.ledger.add(ledger.LOADING, flops)
             else:
-                self.ledger.add_cpu(caller.site, family, flops)
+                self.ledger.add_cpu(caller.site, family, flops, fallback)
         else:
             self.ledger.add(kind, flops)
 

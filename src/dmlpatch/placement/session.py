@@ -4,7 +4,9 @@ On by default wherever dmlpatch may send a program to an accelerator (runner,
 ``dmlpatch.auto``, activation): the patching engine imports this module when the program imports
 torch (start-up does not pay for it) and :func:`start` puts the layer hooks in; they come out if
 the device resolves to the CPU or to a usable CUDA GPU. ``DMLPATCH_ACCOUNTING=0``
-turns it off; ``DMLPATCH_QUIET=1`` keeps the exit warning to itself. ``dmlpatch check`` counts
+turns it off; ``DMLPATCH_QUIET=1`` keeps the exit warning to itself, and a program that never
+asked for CUDA gets none. Where the backend is DirectML's (or simulates it), heavy operators its
+CPU fallback runs are counted by operator (:mod:`.fallbacks`). ``dmlpatch check`` counts
 operators instead (:mod:`.operators`) and says its own verdict.
 """
 
@@ -63,6 +65,16 @@ def _on_resolved(chosen: Resolution) -> None:
 
         module_hooks.uninstall()
         ledger.stop()
+        return
+    if chosen.backend in ("sim", "directml"):
+        from dmlpatch.placement import fallbacks
+
+        try:
+            fallbacks.install()
+        except RuntimeError as error:  # a registration torch refuses: count layers alone
+            from dmlpatch import log
+
+            log.info(f"CPU fallbacks not counted by operator: {error}")
 
 
 def selected() -> Optional[Resolution]:
@@ -112,6 +124,18 @@ def section() -> Optional[dict[str, Any]]:
     return _section
 
 
+def _asked(found: dict[str, Any]) -> bool:
+    """Whether the program asked for the accelerator: a rewritten site or fix handed it out,
+    some compute ran there, or a CUDA site that dmlpatch did not rewrite chose the CPU. A
+    program that never mentions CUDA is told nothing about where its CPU compute ran."""
+    from dmlpatch.devices import announce
+
+    if announce.handed_out() or found["on_device"]["calls"]:
+        return True
+    cause = found.get("likely_cause") or {}
+    return cause.get("kind") == "not-rewritten"
+
+
 def _warn_at_exit() -> None:
     if os.environ.get(QUIET_VAR) == "1" or os.environ.get("LOCAL_RANK", "0") != "0":
         return
@@ -121,6 +145,8 @@ def _warn_at_exit() -> None:
     from dmlpatch.placement import summary
 
     found = section()
-    line = summary.exit_warning(found, sys.argv) if found is not None else None
+    if found is None or not _asked(found):
+        return
+    line = summary.exit_warning(found, sys.argv)
     if line is not None:
         log.say(f"warning: {line}")

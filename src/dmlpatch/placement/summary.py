@@ -41,13 +41,27 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
             "calls": entry["calls"],
             "flops": entry["flops"],
             "families": sorted(entry["families"]),
+            "fallbacks": sorted(entry.get("fallbacks", ())),
         }
         for site, entry in sites[:_TOP_LINES]
     ]
+    fallbacks = [
+        {
+            "operator": operator,
+            "calls": tally["calls"],
+            "flops": tally["flops"],
+            "at": tally["site"].describe() if tally["site"] else None,
+        }
+        for operator, tally in book.heaviest_fallbacks()
+    ]
     cause = None
     if cpu_share is not None and cpu_share >= SIGNIFICANT_CPU_SHARE:
-        files = [site.file for site, _ in sites if site is not None]
-        cause = causes.likely(files, _main_file()).as_dict()
+        by_fallback = sum(entry["flops"] for entry in fallbacks)
+        if fallbacks and 2 * by_fallback >= cpu_flops:
+            cause = causes.fallback(fallbacks[0]["operator"], fallbacks[0]["at"]).as_dict()
+        else:
+            files = [site.file for site, entry in sites if site is not None]
+            cause = causes.likely(files, _main_file()).as_dict()
     return {
         "counted": book.counted,
         "device": device,
@@ -58,6 +72,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
         "elsewhere": {"calls": elsewhere_calls, "flops": elsewhere_flops},
         "device_share": None if cpu_share is None else round(1.0 - cpu_share, 4),
         "cpu_lines": lines,
+        "cpu_fallbacks": fallbacks,
         "likely_cause": cause,
     }
 
@@ -109,9 +124,11 @@ def explain(section: dict[str, Any]) -> list[str]:
     """The CPU lines, heaviest first, and the likely cause, for ``dmlpatch check``."""
     out = []
     for line in section["cpu_lines"]:
+        through = line.get("fallbacks")
+        how = f"; CPU fallback of {', '.join(through)}" if through else ""
         out.append(
             f"  cpu  {_flops(line['flops']):>12}  {line['calls']:>6} calls  {line['display']}"
-            f"  ({', '.join(line['families'])})"
+            f"  ({', '.join(line['families'])}{how})"
         )
     cause = section.get("likely_cause")
     if cause:

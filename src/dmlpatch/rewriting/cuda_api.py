@@ -50,30 +50,65 @@ _MEMORY_FUNCTIONS = (
     "max_memory_allocated",
     "memory_reserved",
     "max_memory_reserved",
+    "memory_cached",
+    "max_memory_cached",
     "reset_peak_memory_stats",
     "reset_max_memory_allocated",
     "reset_max_memory_cached",
+    "reset_accumulated_memory_stats",
     "memory_stats",
+    "memory_stats_as_nested_dict",
     "memory_summary",
+    "memory_snapshot",
     "mem_get_info",
     "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction",
     "ipc_collect",
 )
 
-#: The ``torch.cuda`` names answered here.
+_RNG_FUNCTIONS = (
+    "get_rng_state",
+    "get_rng_state_all",
+    "set_rng_state",
+    "set_rng_state_all",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+    "default_generators",
+)
+
+#: Names that raise a clear error on DirectML when used: CUDA graphs capture CUDA kernels to
+#: replay them, and nothing on DirectML replays a capture.
+ERRORS = frozenset({"CUDAGraph", "graph", "graph_pool_handle"})
+
+#: The ``torch.cuda`` names answered here (those in :data:`ERRORS` with an error).
 NAMES = frozenset(
     {
         "get_device_properties",
         "get_device_capability",
         "is_bf16_supported",
+        "is_tf32_supported",
+        "init",
+        "can_device_access_peer",
         "device",
+        "device_of",
         "Stream",
         "Event",
         "stream",
+        "StreamContext",
+        "set_stream",
         "current_stream",
         "default_stream",
+        "is_current_stream_capturing",
+        "make_graphed_callables",
+        "nvtx",
+        "random",
         *_MEMORY_FUNCTIONS,
+        *_RNG_FUNCTIONS,
         *_LEGACY_TYPES,
+        *ERRORS,
     }
 )
 
@@ -148,6 +183,28 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     """False: bfloat16 kernels abort DirectML (microsoft/DirectML#688)."""
     if _target() is None:
         return bool(_cuda("is_bf16_supported")())
+    return False
+
+
+def is_tf32_supported() -> bool:
+    """False: DirectML has no TF32 kernels."""
+    if _target() is None:
+        return bool(_cuda("is_tf32_supported")())
+    return False
+
+
+def init() -> None:
+    """Nothing to start: the device is already resolved."""
+    if _target() is None:
+        _cuda("init")()
+
+
+def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+    """False: a DirectML adapter reads another's memory only through the host."""
+    if _target() is None:
+        return bool(_cuda("can_device_access_peer")(device, peer_device))
+    _adapter(device)
+    _adapter(peer_device)
     return False
 
 
@@ -240,15 +297,43 @@ def _free_and_total(device: Any) -> tuple[int, int]:
     return max(total - _in_use(device), 0), total
 
 
+def _nested_stats(device: Any) -> dict[str, Any]:
+    """``memory_stats_as_nested_dict``: the flat statistics' dotted keys as nested dicts."""
+    nested: dict[str, Any] = {}
+    for key, value in _stats(device).items():
+        *path, last = key.split(".")
+        level = nested
+        for part in path:
+            level = level.setdefault(part, {})
+        level[last] = value
+    return nested
+
+
 memory_allocated = _memory_function("memory_allocated", _in_use)
 memory_reserved = _memory_function("memory_reserved", _in_use)
+memory_cached = _memory_function("memory_cached", _in_use)
 max_memory_allocated = _memory_function("max_memory_allocated", _peak)
 max_memory_reserved = _memory_function("max_memory_reserved", _peak)
+max_memory_cached = _memory_function("max_memory_cached", _peak)
 reset_peak_memory_stats = _memory_function("reset_peak_memory_stats", _reset_peak)
 reset_max_memory_allocated = _memory_function("reset_max_memory_allocated", _reset_peak)
 reset_max_memory_cached = _memory_function("reset_max_memory_cached", _reset_peak)
+reset_accumulated_memory_stats = _memory_function(
+    "reset_accumulated_memory_stats", lambda device: _reset_peak(device)
+)
 memory_stats = _memory_function("memory_stats", _stats)
+memory_stats_as_nested_dict = _memory_function("memory_stats_as_nested_dict", _nested_stats)
 mem_get_info = _memory_function("mem_get_info", _free_and_total)
+get_per_process_memory_fraction = _memory_function(
+    "get_per_process_memory_fraction", lambda device: 1.0
+)
+
+
+def memory_snapshot(*args: Any, **kwargs: Any) -> list[Any]:
+    """No segments: torch-directml's allocator does not list them."""
+    if _target() is None:
+        return list(_cuda("memory_snapshot")(*args, **kwargs))
+    return []
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
@@ -297,6 +382,127 @@ class device:
     def __exit__(self, *exc: object) -> None:
         if self.previous is not None:
             _runtime.set_device(self.previous)
+
+
+def device_of(obj: Any) -> Any:
+    """``with torch.cuda.device_of(tensor):``: the ordinal of the adapter ``tensor`` is on is
+    current inside; a tensor elsewhere changes nothing, as on CUDA."""
+    if _target() is None:
+        return _cuda("device_of")(obj)
+    target = _resolution.current()
+    on = getattr(obj, "device", None)
+    ordinal = -1
+    if getattr(on, "type", None) == target.type and on.index in target.indices:
+        ordinal = target.indices.index(on.index)
+    return device(ordinal)
+
+
+# -- random numbers -------------------------------------------------------------------------------
+
+
+def _generator() -> Any:
+    """The generator the DirectML device draws from: the CPU's default generator (so do
+    torch-directml's kernels, and the simulated device's)."""
+    import torch
+
+    return torch.default_generator
+
+
+def get_rng_state(device: Any = "cuda") -> Any:
+    if _target() is None:
+        return _cuda("get_rng_state")(device)
+    _adapter(device)
+    return _generator().get_state()
+
+
+def get_rng_state_all() -> list[Any]:
+    if _target() is None:
+        return list(_cuda("get_rng_state_all")())
+    return [_generator().get_state() for _ in _resolution.current().indices]
+
+
+def set_rng_state(new_state: Any, device: Any = "cuda") -> None:
+    if _target() is None:
+        _cuda("set_rng_state")(new_state, device)
+        return
+    _adapter(device)
+    generator = _generator()
+    expected = generator.get_state().numel()
+    if new_state.numel() != expected:
+        # A CUDA generator's state (a checkpoint written on a GPU): plain python without CUDA
+        # never restores it, so neither does the device; one line says so.
+        log.warn_once(
+            "rng_state",
+            f"torch.cuda.set_rng_state was given a CUDA generator's state ({new_state.numel()} "
+            f"bytes); DirectML draws from the CPU generator ({expected} bytes), which keeps "
+            "its state",
+        )
+        return
+    generator.set_state(new_state.clone())
+
+
+def set_rng_state_all(new_states: Any) -> None:
+    if _target() is None:
+        _cuda("set_rng_state_all")(new_states)
+        return
+    for ordinal, state in enumerate(new_states):
+        set_rng_state(state, ordinal)
+
+
+def manual_seed(seed: int) -> None:
+    if _target() is None:
+        _cuda("manual_seed")(seed)
+        return
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    if _target() is None:
+        _cuda("manual_seed_all")(seed)
+        return
+    _generator().manual_seed(int(seed))
+
+
+def seed() -> None:
+    if _target() is None:
+        _cuda("seed")()
+        return
+    _generator().seed()
+
+
+def seed_all() -> None:
+    if _target() is None:
+        _cuda("seed_all")()
+        return
+    _generator().seed()
+
+
+def initial_seed() -> int:
+    if _target() is None:
+        return int(_cuda("initial_seed")())
+    return int(_generator().initial_seed())
+
+
+class _Random:
+    """``torch.cuda.random``: the RNG family above, by its submodule's name."""
+
+    get_rng_state = staticmethod(get_rng_state)
+    get_rng_state_all = staticmethod(get_rng_state_all)
+    set_rng_state = staticmethod(set_rng_state)
+    set_rng_state_all = staticmethod(set_rng_state_all)
+    manual_seed = staticmethod(manual_seed)
+    manual_seed_all = staticmethod(manual_seed_all)
+    seed = staticmethod(seed)
+    seed_all = staticmethod(seed_all)
+    initial_seed = staticmethod(initial_seed)
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        return getattr(torch.cuda.random, name)
+
+
+random = _Random()
 
 
 # -- streams and events -------------------------------------------------------------------------
@@ -418,6 +624,152 @@ def stream(stream: Any) -> Any:
     return _StreamContext()
 
 
+class _TorchsOffTarget(type):
+    """A class standing for torch.cuda's class of the same name: called, it is torch's off the
+    DirectML target and ``on_target(...)`` on it; ``isinstance`` asks torch's class too. A class,
+    not a function, so annotations (``torch.cuda.CUDAGraph | None``), ``isinstance`` and
+    subclassing work wherever the name is used."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if _target() is None:
+            return _cuda(cls.__name__)(*args, **kwargs)
+        return cls.on_target(*args, **kwargs)
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if type.__instancecheck__(cls, instance):
+            return True
+        own = _cuda(cls.__name__)
+        return isinstance(own, type) and isinstance(instance, own)
+
+    def on_target(cls, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+class StreamContext(metaclass=_TorchsOffTarget):
+    """``torch.cuda.StreamContext(s)``: as :func:`stream`."""
+
+    @classmethod
+    def on_target(cls, stream: Any = None) -> Any:
+        return _StreamContext()
+
+
+def set_stream(stream: Any) -> None:
+    """One queue per adapter: it is always the current stream."""
+    if _target() is None:
+        _cuda("set_stream")(stream)
+
+
+def is_current_stream_capturing() -> bool:
+    """False: nothing on DirectML captures a graph."""
+    if _target() is None:
+        return bool(_cuda("is_current_stream_capturing")())
+    return False
+
+
+# -- CUDA graphs ----------------------------------------------------------------------------------
+
+
+def _no_graphs(name: str) -> RuntimeError:
+    return RuntimeError(
+        f"torch.cuda.{name}: CUDA graphs have no DirectML counterpart (nothing replays a "
+        "captured graph there); run the program without CUDA graphs, or on a CUDA GPU"
+    )
+
+
+class CUDAGraph(metaclass=_TorchsOffTarget):
+    """``torch.cuda.CUDAGraph()``: a clear error on DirectML."""
+
+    @classmethod
+    def on_target(cls, *args: Any, **kwargs: Any) -> Any:
+        raise _no_graphs("CUDAGraph")
+
+
+class graph(metaclass=_TorchsOffTarget):
+    """``with torch.cuda.graph(g):``: a clear error on DirectML."""
+
+    @classmethod
+    def on_target(cls, *args: Any, **kwargs: Any) -> Any:
+        raise _no_graphs("graph")
+
+
+def graph_pool_handle() -> Any:
+    """A clear error on DirectML."""
+    if _target() is None:
+        return _cuda("graph_pool_handle")()
+    raise _no_graphs("graph_pool_handle")
+
+
+def make_graphed_callables(callables: Any, *args: Any, **kwargs: Any) -> Any:
+    """The callables themselves: a graphed callable computes what it computes eagerly, and
+    DirectML runs it eagerly."""
+    if _target() is None:
+        return _cuda("make_graphed_callables")(callables, *args, **kwargs)
+    return callables
+
+
+# -- nvtx -----------------------------------------------------------------------------------------
+
+
+class _Nvtx:
+    """``torch.cuda.nvtx``: profiler ranges and marks, nothing on DirectML (torch builds without
+    CUDA, such as torch-directml's, raise ``NVTX functions not installed`` instead)."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        return getattr(torch.cuda.nvtx, name)
+
+    def _own(self, name: str) -> Any:
+        if _target() is None:
+            import torch
+
+            return getattr(torch.cuda.nvtx, name)
+        return None
+
+    def range_push(self, msg: str) -> int:
+        own = self._own("range_push")
+        if own is not None:
+            return int(own(msg))
+        self._depth += 1
+        return self._depth - 1
+
+    def range_pop(self) -> int:
+        own = self._own("range_pop")
+        if own is not None:
+            return int(own())
+        self._depth = max(self._depth - 1, 0)
+        return self._depth
+
+    def range_start(self, msg: str) -> int:
+        own = self._own("range_start")
+        return int(own(msg)) if own is not None else 0
+
+    def range_end(self, range_id: int) -> None:
+        own = self._own("range_end")
+        if own is not None:
+            own(range_id)
+
+    def mark(self, msg: str) -> None:
+        own = self._own("mark")
+        if own is not None:
+            own(msg)
+
+    def range(self, msg: str, *args: Any, **kwargs: Any) -> Any:
+        """A context manager (and decorator, as contextlib makes it) doing nothing."""
+        own = self._own("range")
+        if own is not None:
+            return own(msg, *args, **kwargs)
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+nvtx = _Nvtx()
+
+
 # -- legacy tensor types ------------------------------------------------------------------------
 
 
@@ -495,7 +847,10 @@ def retype(obj: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    """Other ``torch.cuda`` names, for ``from torch.cuda import Event, OutOfMemoryError``."""
+    """Other ``torch.cuda`` names, for ``from torch.cuda import Event, OutOfMemoryError``;
+    ``default_generators``: the device's generator for each mapped adapter."""
     if name.startswith("__"):
         raise AttributeError(name)
+    if name == "default_generators" and _target() is not None:
+        return tuple(_generator() for _ in _resolution.current().indices)
     return _cuda(name)

@@ -21,11 +21,13 @@ module in scope and one read of the ``.pyc`` header; new verdicts are written on
 An index is read only from a file of this user's (``dmlpatch.trust``), and an entry of any
 other shape than the one written is a miss.
 
-First do no harm. A module whose sites would say "CUDA is available" but which also calls a
-``torch.cuda`` function the runtime does not answer (``get_rng_state``, ``CUDAGraph``...) would
-fail where plain python ran on the CPU. Such a module keeps CUDA's meaning: its sites call
-``dmlpatch.rewriting.runtime_as_written``, which does what the CUDA calls did and, when the module
-asks whether CUDA is available, says in one line that it stays where plain python puts it.
+First do no harm, per function. A function whose sites would say "CUDA is available" but which
+also uses a ``torch.cuda`` name the runtime does not answer (``jiterator``, ``nccl``...) would
+fail where plain python ran on the CPU. The rewriter routes that function's sites to
+``dmlpatch.rewriting.runtime_as_written``, which does what the CUDA calls did and, when the
+function asks whether CUDA is available, says in one line that it stays where plain python puts
+it; the rest of the module is rewritten. The report lists each such function under
+``kept_as_written``.
 """
 
 from __future__ import annotations
@@ -74,10 +76,12 @@ _KEEP = 512
 
 
 class Verdict(NamedTuple):
-    """What rewriting a source would find: its site count and the unanswered CUDA names."""
+    """What rewriting a source would find: its site count, the unanswered CUDA names, and the
+    functions that keep CUDA's meaning for them (``sites.Rewritten.kept``)."""
 
     sites: int
     unanswered: tuple[str, ...]
+    kept: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 class Leave(NamedTuple):
@@ -92,7 +96,6 @@ class Leave(NamedTuple):
 _UNKNOWN: Any = object()
 
 RUNTIME = "dmlpatch.rewriting.runtime"
-AS_WRITTEN = "dmlpatch.rewriting.runtime_as_written"
 
 
 def parse_scope(text: str) -> str:
@@ -157,17 +160,31 @@ class Discovery:
         except OSError:
             return None
         stamp = (status.st_mtime_ns, status.st_size)
-        sites, unanswered = index.get(origin, stamp) or self._examine(index, origin, stamp)
-        if not sites:
+        verdict = index.get(origin, stamp) or self._examine(index, origin, stamp)
+        if not verdict.sites:
             return None
         leave = self._leave(fullname)
         if leave is not None:
             _say_left(fullname, leave)
             return None
-        if unanswered:
-            _keep_as_written(fullname, unanswered)
-            return AS_WRITTEN
+        if verdict.kept:
+            _keep_as_written(fullname, verdict.kept)
         return RUNTIME
+
+    def has_sites(self, fullname: str, origin: str) -> bool:
+        """Whether the module would be rewritten by its sites, told without saying anything."""
+        directory = os.path.dirname(origin)
+        index = self._directories.get((directory, fullname.partition(".")[0]), _UNKNOWN)
+        if index is _UNKNOWN:
+            index = self._index_for(fullname, origin, directory)
+        if index is None or self._leave(fullname) is not None:
+            return False
+        try:
+            status = os.stat(origin)
+        except OSError:
+            return False
+        stamp = (status.st_mtime_ns, status.st_size)
+        return bool((index.get(origin, stamp) or self._examine(index, origin, stamp)).sites)
 
     def _leave(self, fullname: str) -> Optional[Leave]:
         for leave in self.leaves:
@@ -226,7 +243,7 @@ def _examine(source: bytes, origin: str) -> Verdict:
         return Verdict(0, ())  # the normal loader raises the error the program expects
     except RecursionError:
         return Verdict(0, ())
-    return Verdict(len(result.sites), result.unanswered)
+    return Verdict(len(result.sites), result.unanswered, result.kept)
 
 
 def _root_of(fullname: str, origin: str) -> str:
@@ -279,18 +296,22 @@ def _say_left(fullname: str, leave: Leave) -> None:
         )
 
 
-def _keep_as_written(fullname: str, names: tuple[str, ...]) -> None:
+def _keep_as_written(fullname: str, kept: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
     from dmlpatch import report
-    from dmlpatch.rewriting import runtime_as_written
 
-    runtime_as_written.keep(fullname, names)
-    report.record_skip(
-        DISCOVERED, fullname, f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered"
-    )
+    for scope, names in kept:
+        where = fullname if scope == "<module>" else f"{fullname}.{scope}"
+        report.record_skip(
+            DISCOVERED,
+            where,
+            f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered: its sites keep "
+            "CUDA's meaning (the rest of the module is rewritten)",
+        )
 
 
-#: One verdict as an index stores it: source ``mtime_ns``, size and hash, sites, unanswered.
-_Entry = tuple  # (int, int, bytes, int, tuple[str, ...])
+#: One verdict as an index stores it: the source's ``mtime_ns``, size and hash, then the
+#: verdict's sites, unanswered names and the functions kept as written.
+_Entry = tuple  # (int, int, bytes, int, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...])
 
 
 class _Index:
@@ -316,10 +337,10 @@ class _Index:
             source = _source(origin)
             if source is None or freshness.source_hash(source) != entry[2]:
                 return None
-        return Verdict(entry[3], entry[4])
+        return Verdict(entry[3], entry[4], entry[5])
 
     def put(self, origin: str, stamp: tuple[int, int], digest: bytes, verdict: Verdict) -> None:
-        entry = (stamp[0], stamp[1], digest, verdict.sites, verdict.unanswered)
+        entry = (stamp[0], stamp[1], digest, verdict.sites, verdict.unanswered, verdict.kept)
         with self._lock:
             if self._entries is not None:
                 self._entries[origin] = entry
@@ -364,14 +385,25 @@ def _well_formed(key: object, entry: object) -> bool:
     return (
         isinstance(key, str)
         and isinstance(entry, tuple)
-        and len(entry) == 5
+        and len(entry) == 6
         and type(entry[0]) is int
         and type(entry[1]) is int
         and isinstance(entry[2], bytes)
         and type(entry[3]) is int
-        and isinstance(entry[4], tuple)
-        and all(isinstance(name, str) for name in entry[4])
+        and _names(entry[4])
+        and isinstance(entry[5], tuple)
+        and all(
+            isinstance(kept, tuple)
+            and len(kept) == 2
+            and isinstance(kept[0], str)
+            and _names(kept[1])
+            for kept in entry[5]
+        )
     )
+
+
+def _names(value: object) -> bool:
+    return isinstance(value, tuple) and all(isinstance(name, str) for name in value)
 
 
 def _write(path: str, entries: dict[str, _Entry]) -> bool:

@@ -16,6 +16,7 @@ The model is typeguard's ``_importhook``; the cache follows pytest's assertion r
 from __future__ import annotations
 
 import _thread  # threading.Lock and RLock are these; importing threading costs start-up
+import atexit
 import importlib.machinery
 import os
 import sys
@@ -25,9 +26,11 @@ from dmlpatch import log, report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
     from collections.abc import Iterable, Sequence
     from typing import Any, Callable, NamedTuple, Optional, Union
 
+    from dmlpatch.rewriting.composition import Composer
     from dmlpatch.rewriting.discovery import Discovery
     from dmlpatch.rewriting.sites import Site
 else:
@@ -151,20 +154,38 @@ def set_gate(gate: Optional[Callable[[], bool]]) -> None:
 def may_have_sites(source: bytes) -> bool:
     """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.sites``), told without
     parsing it: a source that says neither ``cuda`` nor ``inference_mode`` nor ``autocast`` nor
-    ``GradScaler`` nor ``accelerator`` has none."""
-    return any(word in source for word in _SITE_WORDS)
+    ``GradScaler`` nor ``accelerator``, nor both ``torch`` and a complex literal, has none."""
+    if any(word in source for word in _SITE_WORDS):
+        return True
+    return b"torch" in source and _has_complex_literal(source)
 
 
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
 _SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"accelerator")
+_complex_literal: Optional[re.Pattern[bytes]] = None
+
+
+def _has_complex_literal(source: bytes) -> bool:
+    """Whether ``source`` has what looks like a complex literal (``1j``, ``2.5j``, ``.5J``):
+    the parser decides. ``re`` is imported on the first module that needs it, not at start-up."""
+    global _complex_literal
+    if _complex_literal is None:
+        import re
+
+        _complex_literal = re.compile(rb"(?<![\w.])(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[jJ]\b")
+    return _complex_literal.search(source) is not None
+
 
 #: The version of the rewriter's rules (``dmlpatch.rewriting.sites``), bumped whenever the same
 #: source is rewritten differently. Cached rewrites and discovery's cached verdicts both carry
 #: it, so neither outlives the rules that made it (2: ``torch.inference_mode`` sites; 3: the
 #: CUDA API, legacy types and AMP; 4: what functions named for a device return; 5: only
 #: functions whose names end in device or device_name; 6: CUDA chosen against another device
-#: or by its availability, whatever the name, and torch.load without map_location).
-GENERATION = 6
+#: or by its availability, whatever the name, and torch.load without map_location; 7: per
+#: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
+#: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both
+#: sides are numbers).
+GENERATION = 9
 
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:
@@ -197,6 +218,9 @@ class _Finder:
         path: Optional[Sequence[str]] = None,
         target: Optional[types.ModuleType] = None,
     ) -> Optional[importlib.machinery.ModuleSpec]:
+        meta_path = sys.meta_path
+        if meta_path and meta_path[0] is not self:
+            to_front()  # another tool's finder went in front (see composition)
         entry = _targets.get(fullname)
         watchers = _watched.get(fullname)
         discovery = _discovery if entry is None else None
@@ -211,22 +235,30 @@ class _Finder:
         spec = self._spec_behind(fullname, path, target)
         if spec is None:
             return None
-        # Other loaders (extension modules, sourceless pycs, zips, custom importers) are left
-        # alone: only a .py source can be rewritten.
-        source = (
-            spec.origin
-            if type(spec.loader) is importlib.machinery.SourceFileLoader
-            and spec.origin is not None
-            and spec.origin.endswith(".py")
-            else None
-        )
-        if entry is not None and source is not None:
-            spec.loader = _RewritingLoader(fullname, source, entry)
-        elif discovery is not None and source is not None and not _known_unneeded():
+        loader = spec.loader
+        # Only a .py source can be rewritten: extension modules, sourceless pycs, zips and
+        # namespace packages are left alone.
+        source = spec.origin if spec.origin and spec.origin.endswith(".py") else None
+        found: Optional[ModuleTarget] = None
+        if source is None or loader is None:
+            pass
+        elif entry is not None:
+            found = entry
+        elif discovery is not None and not _known_unneeded():
             runtime = discovery.decide(fullname, source)
             if runtime is not None:
                 found = ModuleTarget(fullname, DISCOVERED, 0, runtime, runtime)
+        if found is not None and source is not None:
+            if type(loader) is importlib.machinery.SourceFileLoader:
                 spec.loader = _RewritingLoader(fullname, source, found)
+            else:  # another tool's loader (pytest's, typeguard's...)
+                from dmlpatch.rewriting import composition
+
+                composer = composition.composer_for(loader)
+                if composer is None:
+                    composition.taken(fullname, loader)
+                else:
+                    spec.loader = _RewritingLoader(fullname, source, found, composer)
         if watchers is not None and spec.loader is not None:
             spec.loader = _NotifyingLoader(spec.loader)
         return spec
@@ -252,6 +284,8 @@ class _Finder:
 class _NotifyingLoader:
     """Delegates to the real loader, then runs the callbacks waiting for the module."""
 
+    dmlpatch_loader = True
+
     def __init__(self, loader: Any) -> None:
         self._loader = loader
 
@@ -271,9 +305,16 @@ class _NotifyingLoader:
 
 
 class _RewritingLoader(importlib.machinery.SourceFileLoader):
-    def __init__(self, fullname: str, path: str, target: ModuleTarget) -> None:
+    """Rewrites, then compiles, through ``composer`` where another tool's rewrite follows."""
+
+    dmlpatch_loader = True
+
+    def __init__(
+        self, fullname: str, path: str, target: ModuleTarget, composer: Optional[Composer] = None
+    ) -> None:
         super().__init__(fullname, path)
         self.target = target
+        self.composer = composer
 
     def get_code(self, fullname: str) -> types.CodeType:
         # Imported here, not at the top: the .pth bootstrap imports this module in every
@@ -284,8 +325,15 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         target = self.target
         status = os.stat(source_path)
         stamp = (status.st_mtime_ns, status.st_size)
-        cache_path = bytecode_cache.location(
-            source_path, bytecode_cache.tag(target.fingerprint, target.expect_sites, target.runtime)
+        fingerprint = target.fingerprint
+        if self.composer is not None:
+            fingerprint = f"{fingerprint}+{self.composer.tag}"
+        cache_path = (
+            bytecode_cache.location(
+                source_path, bytecode_cache.tag(fingerprint, target.expect_sites, target.runtime)
+            )
+            if self.composer is None or self.composer.tag is not None
+            else None
         )
         source: Optional[bytes] = None
         checked_hash: Optional[bytes] = None
@@ -328,12 +376,59 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         from dmlpatch.rewriting.sites import rewrite
 
         result = rewrite(data, path, self.target.runtime)
+        if self.composer is not None:
+            tree = result.tree
+            if result.sites and len(result.sites) < self.target.expect_sites:
+                import ast
+
+                tree = ast.parse(data, path)  # stale: as written, then the other tool's rewrite
+            source = data.encode("utf-8") if isinstance(data, str) else data
+            return self.composer.finish(tree, source, path), result.sites
         if not result.sites or len(result.sites) < self.target.expect_sites:
             # Stale spec: the rewritten tree is not trusted. Without sites the source compiles
             # to the same code, and compiling source is not limited by the recursion depth as
             # compiling a deeply nested tree is.
             return compile(data, path, "exec", dont_inherit=True), result.sites
         return compile(result.tree, path, "exec", dont_inherit=True), result.sites
+
+
+def to_front() -> None:
+    """Put the finder first on ``sys.meta_path`` again, where another tool put its own
+    finder in front (``dmlpatch.rewriting.composition``); nothing where it is not installed.
+
+    Safe while the import system iterates ``sys.meta_path``: the finders after the one being
+    asked keep their positions.
+    """
+    with _lock:
+        meta_path = sys.meta_path
+        if _finder in meta_path and meta_path[0] is not _finder:
+            meta_path.remove(_finder)
+            meta_path.insert(0, _finder)
+
+
+def look_for_taken_at_exit(torch: Any = None) -> None:
+    """At exit, name the modules with sites another tool's finder loaded out of this finder's
+    sight (``composition.look_for_taken``). Registered when torch is imported: sites matter
+    only to programs that use it, and by then the report's writer is registered, so this runs
+    before it."""
+    atexit.register(_look_for_taken)
+
+
+def _look_for_taken() -> None:
+    discovery = _discovery
+    if discovery is None and not _targets:
+        return
+    from dmlpatch.rewriting import composition
+
+    def covers(fullname: str, origin: str) -> bool:
+        if fullname in _targets:
+            return True
+        if discovery is None or not discovery.may_cover(fullname):
+            return False
+        return discovery.has_sites(fullname, origin)
+
+    composition.look_for_taken(covers)
+    composition.say_taken()
 
 
 def _account(target: ModuleTarget, sites: list[Site], cached: bool) -> None:

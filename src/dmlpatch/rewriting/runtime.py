@@ -16,6 +16,7 @@ Nothing here is imported by ``import dmlpatch``; torch is touched only when rewr
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Optional, Union
 
 from dmlpatch.devices import announce as _announce
@@ -23,6 +24,9 @@ from dmlpatch.devices import resolution as _resolution
 
 #: The name under which rewritten modules see this module.
 ALIAS = "__dmlpatch__"
+#: The name under which they see ``dmlpatch.rewriting.runtime_as_written``, for the functions
+#: that keep CUDA's meaning (see ``dmlpatch.rewriting.sites``).
+KEPT_ALIAS = "__dmlpatch_kept__"
 
 _CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
 
@@ -36,8 +40,6 @@ CUDA_FUNCTIONS = frozenset(
         "get_device_name",
         "synchronize",
         "empty_cache",
-        "manual_seed",
-        "manual_seed_all",
     }
 )
 
@@ -45,19 +47,19 @@ CUDA_FUNCTIONS = frozenset(
 #: work, answer "nothing", or switch themselves off, exactly as under plain python (checked on
 #: torch 2.4.1 and 2.14.1). ``amp`` is one: its autocast and GradScaler calls are sites of their
 #: own. Names in ``cuda_api.NAMES`` are answered there. Any other ``torch.cuda`` name in a
-#: module with device sites would fail once its sites say "CUDA is available" (``Found no
-#: NVIDIA driver``), so such a module is left unrewritten (see ``dmlpatch.rewriting.discovery``).
+#: function with device sites would fail once its sites say "CUDA is available" (``Found no
+#: NVIDIA driver``), so such a function keeps CUDA's meaning (see ``dmlpatch.rewriting.sites``).
 HARMLESS_CUDA_NAMES = frozenset(
     {
         "amp",
         "OutOfMemoryError",
         "is_initialized",
         "get_arch_list",
-        "seed",
-        "seed_all",
-        "get_rng_state_all",
-        "set_rng_state",
-        "set_rng_state_all",
+        "CudaError",
+        "DeferredCudaCallError",
+        "has_half",
+        "has_magma",
+        "get_gencode_flags",
     }
 )
 
@@ -141,24 +143,11 @@ def synchronize(device: Any = None) -> None:
 
 
 def empty_cache() -> None:
-    """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA."""
+    """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA (torch-directml's
+    allocator keeps no cache to empty from Python)."""
     cuda_module = _cuda()
     if cuda_module is not None:
         cuda_module.empty_cache()
-
-
-def manual_seed(seed: int) -> None:
-    """``torch.cuda.manual_seed`` in a target: CUDA defers it without a GPU, so do nothing."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        cuda_module.manual_seed(seed)
-
-
-def manual_seed_all(seed: int) -> None:
-    """``torch.cuda.manual_seed_all`` in a target: as :func:`manual_seed`."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        cuda_module.manual_seed_all(seed)
 
 
 def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
@@ -174,27 +163,52 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
     if not resolution.patches_needed:
         return spec
     if not resolution.is_accelerator:
+        _announce.device_used()
         return "cpu"
     target = f"{resolution.type}:{_target_index(ordinal)}"
     _announce.device_used()
     return target
 
 
-def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
-    """``obj.cuda(...)`` in a target → ``obj.to(target)``; other objects keep their own ``cuda``.
+def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """``obj.cuda(...)`` in a target → ``obj.to(target)``; an object without ``to`` keeps its own
+    ``cuda``.
 
-    Keywords throughout: ``UntypedStorage.to`` accepts only ``device=`` / ``non_blocking=``.
+    Tensors, modules and storages get keywords (``UntypedStorage.to`` accepts only ``device=`` /
+    ``non_blocking=``). Any other object with its own ``to`` (spandrel's ``ModelDescriptor``,
+    ``PackedSequence``, transformers' ``BatchEncoding``, a user's container) gets the device as
+    its first argument, as each documents it, and of the program's other arguments only those
+    its ``to`` accepts: it moves as its own ``cuda()`` would have moved it to a GPU.
     """
     mover = getattr(obj, "to", None)
     if mover is None or not _resolution.current().patches_needed:
-        return obj.cuda(device, non_blocking=non_blocking, **kwargs)
+        return obj.cuda(*args, **kwargs)
     import torch
 
+    options = dict(kwargs)
+    spec = args[0] if args else options.pop("device", None)
+    if len(args) > 1:
+        options["non_blocking"] = args[1]
     # A torch.device, not its string: torch 2.4's UntypedStorage.to reads `device.type`.
-    target = torch.device(globals()["device"](device if device is not None else "cuda"))
+    target = torch.device(globals()["device"](spec if spec is not None else "cuda"))
     if isinstance(obj, torch.nn.Module):
         return mover(device=target)
-    return mover(device=target, non_blocking=non_blocking, **kwargs)
+    if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
+        return mover(device=target, **options)
+    return mover(target, **_accepted(mover, options))
+
+
+def _accepted(function: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``options`` that ``function`` takes (all, with ``**kwargs``)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the device alone
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return options
+    return {name: value for name, value in options.items() if name in parameters}
 
 
 def inference_mode(mode: Any = True) -> Any:
@@ -233,6 +247,44 @@ def load(original: Any, *args: Any, **kwargs: Any) -> Any:
         return default_restore_location(storage, device(location))
 
     return original(*args, map_location=restore, **kwargs)
+
+
+_OPERATORS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+}
+
+
+def with_complex(symbol: str, left: Any, right: Any) -> Any:
+    """``left <symbol> right`` where one side is a complex literal (``mag * (x + 1j * y)``).
+
+    DirectML has no complex type: a real DirectML tensor meeting a complex number would make a
+    complex DirectML tensor, which stops the process. Such a tensor is first made a complex
+    one of dmlpatch's (``dmlpatch.opfix.complex``, pairs of reals on the device); every other
+    operand is left as it is.
+    """
+    operation = _OPERATORS[symbol]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if isinstance(left, torch.Tensor):
+            left = _complex_on_device(torch, left)
+        elif isinstance(right, torch.Tensor):
+            right = _complex_on_device(torch, right)
+    return operation(left, right)
+
+
+def _complex_on_device(torch: Any, value: Any) -> Any:
+    if value.device.type != "privateuseone" or value.is_complex():
+        return value
+    from dmlpatch.opfix import dtype_policy
+
+    policy = dtype_policy.current()
+    if policy is None or not policy.paired(torch.complex64):
+        return value
+    real = value if value.is_floating_point() else value.to(torch.get_default_dtype())
+    return torch.complex(real, torch.zeros_like(real))
 
 
 def __getattr__(name: str) -> Any:

@@ -1,43 +1,34 @@
-"""What a module dmlpatch cannot make consistent calls instead of CUDA: CUDA itself, as written.
+"""What the functions dmlpatch cannot make consistent call instead of CUDA: CUDA itself, as written.
 
-Discovery routes a module here instead of to ``dmlpatch.rewriting.runtime`` when it has device sites
-but also uses a ``torch.cuda`` function the runtime does not answer (``get_rng_state``,
-``CUDAGraph``...): told that CUDA is available, its code would reach that call and fail where plain
-python ran on the CPU. So every function here does exactly what the CUDA call it replaced does; only
-``is_available()``, the moment such a module decides where to run, also says, once per module, that
-it stays where plain python would put it. A module that never asks says nothing: importing one that
-is never used (a CUDA prefetcher, a benchmark helper) is not news.
+The rewriter (``dmlpatch.rewriting.sites``) routes the sites of a function here instead of to
+``dmlpatch.rewriting.runtime`` when the function also uses a ``torch.cuda`` name the runtime does
+not answer (``torch.cuda.jiterator``, ``nccl``, the caching allocator...): told that CUDA is
+available, it would reach that call and fail where plain python ran on the CPU. The rest of its
+module is rewritten as usual. So every function here does exactly what the CUDA call it replaced
+does; only ``is_available()``, the moment such a function decides where to run, also says, once
+per function, that it stays where plain python would put it. A function that never asks says
+nothing: importing a module whose CUDA-only helper is never used is not news.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 from typing import Any
 
-#: Module name -> the unanswered ``torch.cuda`` names that keep it as written.
-_unanswered: dict[str, tuple[str, ...]] = {}
-_lock = threading.Lock()
 
-
-def keep(module: str, names: tuple[str, ...]) -> None:
-    """``module`` is loaded routed here because it uses ``names``."""
-    with _lock:
-        _unanswered[module] = names
-
-
-def is_available() -> bool:
-    """``torch.cuda.is_available()``, plus one line naming the module that asked."""
-    caller = sys._getframe(1).f_globals.get("__name__", "?")
-    names = _unanswered.get(caller)
-    if names is not None:
+def is_available(scope: str = "", uses: tuple[str, ...] = ()) -> bool:
+    """``torch.cuda.is_available()``, plus one line naming the function that asked (``scope``
+    in its module) and the first of the unanswered names it ``uses``."""
+    if uses:
         from dmlpatch import log
 
-        more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+        module = sys._getframe(1).f_globals.get("__name__", "?")
+        where = f"{module}.{scope}" if scope and scope != "<module>" else module
+        more = f" (and {len(uses) - 1} more)" if len(uses) > 1 else ""
         log.warn_once(
-            f"as-written:{caller}",
-            f"{caller} chooses its device as under plain python: it uses "
-            f"torch.cuda.{names[0]}{more}, which dmlpatch cannot answer off CUDA",
+            f"as-written:{where}",
+            f"{where} chooses its device as under plain python: it uses "
+            f"torch.cuda.{uses[0]}{more}, which dmlpatch cannot answer off CUDA",
         )
     import torch
 
@@ -49,9 +40,9 @@ def device(spec: Any = "cuda") -> Any:
     return spec
 
 
-def cuda(obj: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
     """``obj.cuda(...)``, unchanged."""
-    return obj.cuda(device, non_blocking=non_blocking, **kwargs)
+    return obj.cuda(*args, **kwargs)
 
 
 def inference_mode(mode: Any = True) -> Any:

@@ -49,15 +49,24 @@ Site kinds:
   torch-directml's torch 2.4.1 lacks) → ``__dmlpatch__.accelerator``
   (``dmlpatch.rewriting.accelerator``); ``from torch import accelerator`` imports that module
   when it is the statement's only name.
+- ``complex_literal``: arithmetic (``+ - * /``) between a complex literal and another value
+  (``mag * (x + 1j * y)``, ``torch.exp(1j * phase)``), in a module that imports torch →
+  ``__dmlpatch__.with_complex('*', 1j, y)``: DirectML has no complex type, so a real DirectML
+  tensor meeting a complex number is made a complex tensor of dmlpatch's first
+  (``dmlpatch.opfix.complex``); anything else is the plain operation.
 - ``amp``: calls of ``torch.autocast``, ``torch.amp.autocast``, ``torch.cuda.amp.autocast``,
   ``torch.amp.GradScaler`` and ``torch.cuda.amp.GradScaler`` (or the same names imported) →
   ``__dmlpatch__.autocast(<callee>, ...)`` / ``__dmlpatch__.grad_scaler(<callee>, ...)``, which
   say once that DirectML runs them in float32 (``dmlpatch.rewriting.amp``).
 
-Other ``torch.cuda.<name>`` uses (``CUDAGraph``, ``nvtx``, ``get_rng_state``...) are not sites:
-they are listed as *unanswered* (``Rewritten.unanswered``), because once a module's sites say
-CUDA is available, code behind them would fail without a CUDA GPU. Names in
-``runtime.HARMLESS_CUDA_NAMES`` behave the same with or without one and are not listed.
+Other ``torch.cuda.<name>`` uses (``jiterator``, ``nccl``, the caching allocator...) are not
+sites: they are *unanswered* (``Rewritten.unanswered``), because once a function's sites say CUDA
+is available, code behind them would fail without a CUDA GPU. So the sites of the function that
+uses one (and of the functions around it; the module's own code where no function is) go to
+``dmlpatch.rewriting.runtime_as_written`` through ``__dmlpatch_kept__`` instead, keeping CUDA's
+meaning there (``Rewritten.kept``); the rest of the module is rewritten. Names in
+``runtime.HARMLESS_CUDA_NAMES`` behave the same with or without one and are not listed;
+``dmlpatch.rewriting.cuda_inventory`` classifies every public ``torch.cuda`` name.
 
 Everything else that says ``cuda`` is left alone on purpose: comparisons
 (``x.device.type == 'cuda'``), membership tests, dict keys, messages. Rewriting those would
@@ -76,12 +85,15 @@ from collections.abc import Iterator
 from typing import NamedTuple, Optional, TypeVar, Union
 
 from dmlpatch.rewriting.cuda_api import LEGACY_TYPE_NAMES, NAMES
-from dmlpatch.rewriting.runtime import ALIAS, CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
+from dmlpatch.rewriting.runtime import ALIAS, CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES, KEPT_ALIAS
 
 _CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
 #: Functions of ``torch`` whose first argument (or ``type=``) is a device.
 _TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
 _RUNTIME_MODULE = "dmlpatch.rewriting.runtime"
+_AS_WRITTEN_MODULE = "dmlpatch.rewriting.runtime_as_written"
+#: ``from torch.cuda.random import get_rng_state``: imported from ``cuda_api`` instead.
+_ANSWERED_SUBMODULE = "torch.cuda.random"
 _CUDA_API_MODULE = "dmlpatch.rewriting.cuda_api"
 #: Callees of the ``amp`` sites, by the runtime function that takes them.
 _AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
@@ -100,12 +112,15 @@ class Site(NamedTuple):
 
 
 class Rewritten(NamedTuple):
-    """The rewritten tree (the unchanged parse when there are no sites), its sites, and the
-    ``torch.cuda`` names it uses that the runtime does not answer (sorted, without repeats)."""
+    """The rewritten tree (the unchanged parse when there are no sites), its sites, the
+    ``torch.cuda`` names it uses that the runtime does not answer (sorted, without repeats),
+    and the functions that keep CUDA's meaning because they use them: ``(qualified name or
+    '<module>', names)`` for each one that has sites."""
 
     tree: ast.Module
     sites: list[Site]
     unanswered: tuple[str, ...] = ()
+    kept: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def find_sites(source: Union[str, bytes], filename: str = "<unknown>") -> list[Site]:
@@ -129,10 +144,14 @@ def rewrite(
         # torchvision): only a module that hard-codes CUDA somewhere can hand x a CUDA value
         # of its own making, or expect f's tensors back on CUDA.
         return Rewritten(ast.parse(source, filename), [], tuple(sorted(transformer.unanswered)))
-    if sites:
-        _insert_runtime_import(tree, runtime)
-    unanswered = transformer.unanswered | transformer.names.unanswered
-    return Rewritten(tree, sites, tuple(sorted(unanswered)))
+    kept: list[tuple[str, tuple[str, ...]]] = []
+    if runtime == _RUNTIME_MODULE:
+        kept = transformer.keep_tainted(tree)
+    if sites and (not kept or _uses_alias(tree, ALIAS)):
+        _insert_runtime_import(tree, runtime, ALIAS)
+    if kept:
+        _insert_runtime_import(tree, _AS_WRITTEN_MODULE, KEPT_ALIAS)
+    return Rewritten(tree, sites, tuple(sorted(transformer.unanswered)), tuple(kept))
 
 
 class _Names:
@@ -152,7 +171,11 @@ class _Names:
         #: Bound names of ``torch.amp`` / ``torch.cuda.amp`` and of their autocast/GradScaler.
         self.amp_modules: set[str] = set()
         self.amp_callees: dict[str, str] = {}
-        self.unanswered: set[str] = set()
+        #: Names bound by ``from torch.cuda import X`` (or ``from torch.cuda.X import ...``)
+        #: for an unanswered X, and that X: where they are used, CUDA's meaning is kept.
+        self.unanswered: dict[str, str] = {}
+        #: Whether the module imports torch (or a submodule): complex literals are sites then.
+        self.imports_torch = False
 
     @classmethod
     def of(cls, tree: ast.Module) -> _Names:
@@ -160,6 +183,7 @@ class _Names:
         for node in _statements(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
+                    names.imports_torch |= alias.name.split(".")[0] == "torch"
                     if alias.name == "torch" or (
                         alias.name.startswith("torch.") and alias.asname is None
                     ):
@@ -169,6 +193,7 @@ class _Names:
                     if alias.name in ("torch.amp", "torch.cuda.amp") and alias.asname:
                         names.amp_modules.add(alias.asname)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.imports_torch |= (node.module or "").split(".")[0] == "torch"
                 for alias in node.names:
                     bound = alias.asname or alias.name
                     if node.module == "torch" and alias.name == "cuda":
@@ -184,11 +209,16 @@ class _Names:
                     elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
                         names.cuda_functions[bound] = alias.name
                     elif node.module == "torch.cuda" and _unanswered(alias.name):
-                        names.unanswered.add(alias.name)
+                        names.unanswered[bound] = alias.name
                 if node.module and node.module.startswith("torch.cuda."):
+                    # torch.cuda.random's names are answered under their submodule's
+                    # (cuda_api holds them all); nvtx's are answered only as torch.cuda.nvtx.
                     submodule = node.module.split(".")[2]
-                    if _unanswered(submodule):
-                        names.unanswered.add(submodule)
+                    if node.module != _ANSWERED_SUBMODULE and (
+                        _unanswered(submodule) or submodule in NAMES
+                    ):
+                        for alias in node.names:
+                            names.unanswered[alias.asname or alias.name] = submodule
         return names
 
 
@@ -247,6 +277,10 @@ class _Transformer:
         self.cuda_api = cuda_api
         self.sites: list[Site] = []
         self.unanswered: set[str] = set()
+        #: The scope of the node being visited, and the functions (by id; 0: the module's own
+        #: code) that use an unanswered name, with their scope and those names.
+        self.scope = _Scope(None, None, "")
+        self.tainted: dict[int, tuple[_Scope, set[str]]] = {}
         #: Whether the module names a legacy CUDA tensor type, and its ``x.type(T)`` calls.
         self.legacy_types = False
         self.type_calls: list[ast.Call] = []
@@ -258,13 +292,22 @@ class _Transformer:
             for name in dir(self)
             if name.startswith("visit_")
         }
-        stack: list[_Entry] = [(tree, tree, "", None, False)]
+        root = self.scope
+        stack: list[tuple[_Entry, _Scope]] = [((tree, tree, "", None, False), root)]
+        bound = self.names.unanswered
         while stack:
-            node, parent, field, index, children_done = stack.pop()
+            entry, scope = stack.pop()
+            node, parent, field, index, children_done = entry
             if not children_done:
-                stack.append((node, parent, field, index, True))
-                stack += _children(node)
+                stack.append(((node, parent, field, index, True), scope))
+                inner = _Scope.of(node, scope)
+                if bound:
+                    for child in ast.iter_child_nodes(node):
+                        if isinstance(child, ast.Name) and child.id in bound:
+                            self._unanswered_use(bound[child.id], inner)
+                stack += [(child, inner) for child in _children(node)]
                 continue
+            self.scope = scope
             visitor = visitors.get(type(node))
             replacement = visitor(node) if visitor is not None else node
             if replacement is node:
@@ -305,8 +348,37 @@ class _Transformer:
             routed = ast.Attribute(_alias("torch_cuda"), node.attr, ast.Load())
             return _located(routed, node)
         if of_cuda and _unanswered(node.attr):
-            self.unanswered.add(node.attr)
+            self._unanswered_use(node.attr, self.scope)
         return node
+
+    # -- first do no harm, per function -------------------------------------------------------
+
+    def _unanswered_use(self, name: str, scope: _Scope) -> None:
+        """``name`` (a torch.cuda name the runtime does not answer) is used in ``scope``: the
+        innermost function around it, and the functions around that, keep CUDA's meaning (the
+        module's own code where no function is around it)."""
+        self.unanswered.add(name)
+        functions = [s for s in scope.chain() if s.is_function]
+        for function in functions or [None]:
+            key = id(function.node) if function is not None else 0
+            held = self.tainted.setdefault(key, (function or _Scope(None, None, ""), set()))
+            held[1].add(name)
+
+    def keep_tainted(self, tree: ast.Module) -> list[tuple[str, tuple[str, ...]]]:
+        """Route the sites of every tainted function (innermost first) to the runtime that
+        keeps CUDA's meaning; the functions that had sites, with the names that kept them."""
+        kept: list[tuple[str, tuple[str, ...]]] = []
+        order = sorted(self.tainted.values(), key=lambda held: -held[0].depth())
+        for scope, names in order:
+            uses = tuple(sorted(names))
+            name = scope.name or "<module>"
+            if scope.node is None:
+                count = _keep(_module_code(tree), name, uses, imports=False)
+            else:
+                count = _keep(ast.walk(scope.node), name, uses, imports=True)
+            if count:
+                kept.append((name, uses))
+        return sorted(kept)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
         """``from torch.cuda import Event``: from ``cuda_api``, which has torch.cuda's others."""
@@ -317,6 +389,9 @@ class _Transformer:
         ):
             self._site(node, "accelerator")
             node.module = "dmlpatch.rewriting" if self.cuda_api else node.module
+        if node.module == _ANSWERED_SUBMODULE and node.level == 0:
+            self._site(node, "cuda_api")
+            node.module = self.cuda_api or node.module
         if node.module == "torch.cuda" and node.level == 0:
             answered = [alias.name for alias in node.names if alias.name in NAMES]
             if answered:
@@ -415,6 +490,19 @@ class _Transformer:
 
     # -- definitions and assignments ----------------------------------------------------------
 
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        """``x * 1j``: see ``complex_literal`` in the module docstring."""
+        symbol = _COMPLEX_OPERATORS.get(type(node.op))
+        if symbol is None or not self.names.imports_torch:
+            return node
+        if not (_complex_literal(node.left) or _complex_literal(node.right)):
+            return node
+        if _number(node.left) and _number(node.right):
+            return node  # 3.14 + 2.71j is a Python number, folded into one constant
+        self._site(node, "complex_literal")
+        args = [_located(ast.Constant(symbol), node), node.left, node.right]
+        return _runtime_call("with_complex", args, node)
+
     def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
         """``'cuda' if c else 'cpu'``: a CUDA literal chosen against another device's name, or
         by CUDA's availability, is a device wherever the value goes (``dev = ...``, an
@@ -429,11 +517,24 @@ class _Transformer:
 
     def visit_If(self, node: ast.If) -> ast.AST:
         """``if torch.cuda.is_available(): dev = 'cuda'``: assigned under CUDA's availability, a
-        CUDA literal is a device whatever the name."""
+        CUDA literal is a device whatever the name; so is one added to a collection there
+        (``DEVICES.append('cuda')``, ``devices += ['cuda']``, ``devices = ['cpu', 'cuda']``:
+        test suites list the devices they parametrize over), where the condition said yes."""
         if _asks_cuda(node.test):
             for statement in (*node.body, *node.orelse):
-                if isinstance(statement, ast.Assign) and _says_cuda(statement.value):
-                    statement.value = self._device_value(statement.value)
+                if isinstance(statement, (ast.Assign, ast.AugAssign)):
+                    statement.value = self._listed_device(statement.value)
+                elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+                    call = statement.value
+                    call.args = [self._listed_device(arg) for arg in call.args]
+        return node
+
+    def _listed_device(self, node: ast.expr) -> ast.expr:
+        """A CUDA literal, or the CUDA literals of a list, tuple or set display, as devices."""
+        if _says_cuda(node):
+            return self._device_value(node)
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            node.elts = [self._device_value(e) if _says_cuda(e) else e for e in node.elts]
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
@@ -577,7 +678,8 @@ class _Transformer:
         while isinstance(node, ast.Attribute):
             node = node.value
         return not (
-            isinstance(node, ast.Name) and (node.id in self.names.torch or node.id == ALIAS)
+            isinstance(node, ast.Name)
+            and (node.id in self.names.torch or node.id in (ALIAS, KEPT_ALIAS))
         )
 
     def _site(self, node: ast.expr, kind: str) -> None:
@@ -587,6 +689,81 @@ class _Transformer:
 #: A node on the walk's stack: the node, its parent, the parent's field (and list index) that
 #: holds it, and whether its children are done.
 _Entry = tuple[ast.AST, ast.AST, str, Optional[int], bool]
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+class _Scope:
+    """A function or class around a node (the module's own code: ``node`` None), named by the
+    dotted names of the definitions around it."""
+
+    __slots__ = ("is_function", "name", "node", "outer")
+
+    def __init__(self, node: Optional[ast.AST], outer: Optional[_Scope], name: str) -> None:
+        self.node = node
+        self.outer = outer
+        self.name = name
+        self.is_function = isinstance(node, _FUNCTIONS)
+
+    @classmethod
+    def of(cls, node: ast.AST, outer: _Scope) -> _Scope:
+        """The scope of ``node``'s children."""
+        if not isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
+            return outer
+        own = "<lambda>" if isinstance(node, ast.Lambda) else node.name
+        return cls(node, outer, f"{outer.name}.{own}" if outer.name else own)
+
+    def chain(self) -> Iterator[_Scope]:
+        scope: Optional[_Scope] = self
+        while scope is not None:
+            yield scope
+            scope = scope.outer
+
+    def depth(self) -> int:
+        return sum(1 for _ in self.chain())
+
+
+def _module_code(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every node of the module's own code (class bodies included), no function's."""
+    queue: deque[ast.AST] = deque([tree])
+    while queue:
+        node = queue.popleft()
+        yield node
+        queue.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _FUNCTIONS))
+
+
+def _keep(nodes: Iterator[ast.AST], scope: str, uses: tuple[str, ...], imports: bool) -> int:
+    """Point the runtime calls among ``nodes`` at the runtime that keeps CUDA's meaning; its
+    ``is_available()`` is told the scope and the names, to say why in one line. Imports of
+    ``cuda_api``'s answers go back to ``torch.cuda`` (with ``imports``). Returns how many
+    runtime references there are, rerouted here or before (by an inner function)."""
+    count = 0
+    for node in nodes:
+        if isinstance(node, ast.Name) and node.id in (ALIAS, KEPT_ALIAS):
+            count += 1
+            node.id = KEPT_ALIAS
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "is_available"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == ALIAS
+            and not node.keywords
+        ):
+            node.keywords = [
+                _located(ast.keyword("scope", ast.Constant(scope)), node),
+                _located(ast.keyword("uses", ast.Constant(uses)), node),
+            ]
+        elif imports and isinstance(node, ast.ImportFrom) and node.level == 0:
+            if node.module == _CUDA_API_MODULE:
+                node.module = "torch.cuda"
+            elif node.module == "dmlpatch.rewriting":
+                node.module = "torch"
+    return count
+
+
+def _uses_alias(tree: ast.Module, alias: str) -> bool:
+    return any(isinstance(node, ast.Name) and node.id == alias for node in ast.walk(tree))
 
 
 #: Nodes the walk need not enter (most of a tree): no visitor, nor any inside them.
@@ -684,7 +861,7 @@ def _is_runtime_call(node: ast.expr) -> bool:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == ALIAS
+        and node.func.value.id in (ALIAS, KEPT_ALIAS)
     )
 
 
@@ -751,6 +928,27 @@ def _is_device_option(node: ast.Call) -> bool:
     )
 
 
+_COMPLEX_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+
+
+def _complex_literal(node: ast.expr) -> bool:
+    """``1j``, ``-2.5j``."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, complex)
+
+
+def _number(node: ast.expr) -> bool:
+    """A numeric literal, signed or not (``3``, ``-2.5``, ``1j``)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float, complex))
+        and not isinstance(node.value, bool)
+    )
+
+
 def _keyword(node: ast.Call, name: str) -> Optional[ast.keyword]:
     return next((keyword for keyword in node.keywords if keyword.arg == name), None)
 
@@ -780,8 +978,8 @@ def _located(node: _Node, like: ast.AST) -> _Node:
     return node
 
 
-def _insert_runtime_import(tree: ast.Module, runtime: str) -> None:
-    """``import <runtime> as __dmlpatch__`` after the docstring and ``__future__``."""
+def _insert_runtime_import(tree: ast.Module, runtime: str, alias: str) -> None:
+    """``import <runtime> as <alias>`` after the docstring and ``__future__``."""
     body = tree.body
     index = 0
     first = body[0] if body else None
@@ -795,5 +993,5 @@ def _insert_runtime_import(tree: ast.Module, runtime: str) -> None:
         index += 1
     # The import borrows the line of the statement it precedes: it has no line of its own.
     anchor = body[min(index, len(body) - 1)]
-    statement = ast.Import([ast.alias(runtime, ALIAS)])
+    statement = ast.Import([ast.alias(runtime, alias)])
     body.insert(index, _located(statement, anchor))

@@ -28,6 +28,7 @@ __all__ = [
     "device",
     "device_count",
     "device_name",
+    "has_float64",
     "is_loaded",
     "load",
     "precheck",
@@ -95,6 +96,11 @@ def device_name(index: int = 0) -> str:
             f"simulated adapter {index} does not exist; there are {loaded.devices}"
         )
     return _state.device_name(index)
+
+
+def has_float64() -> bool:
+    """Whether the simulated adapters have float64 (``DMLPATCH_SIM_FLOAT64=0``: none has)."""
+    return _require().float64
 
 
 def profile() -> str:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+#: ``;``-separated adapter names the simulated adapters take, in order (to see what dmlpatch
+#: says about a given GPU: ``DMLPATCH_SIM_ADAPTERS="AMD Radeon RX 6600"``).
+NAMES_ENV = "DMLPATCH_SIM_ADAPTERS"
 
 
 @dataclass(frozen=True)
@@ -30,8 +35,16 @@ def device_name(index: int, count: int | None = None) -> str:
     ``count``: the adapters there are (default: those loaded).
     """
     count = device_count() if count is None else count
+    given = named()
+    if index < len(given):
+        return given[index]
     if count > 1 and index == count - 1:
         return "Simulated UHD (integrated)"
     if index == 0:
         return "Simulated Radeon (discrete)"
     return f"Simulated Radeon #{index + 1} (discrete)"
+
+
+def named() -> list[str]:
+    """The names ``$DMLPATCH_SIM_ADAPTERS`` gives, in order."""
+    return [name.strip() for name in os.environ.get(NAMES_ENV, "").split(";") if name.strip()]

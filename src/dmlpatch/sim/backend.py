@@ -33,7 +33,8 @@ class _TorchDirectmlBlocker(importlib.abc.MetaPathFinder):
 
 def env_settings() -> tuple[int, bool, str]:
     """Adapters, float64 support and fault from the environment; checked without torch."""
-    raw = os.environ.get(DEVICES_ENV, "1")
+    # Named adapters (DMLPATCH_SIM_ADAPTERS) are that many, unless DMLPATCH_SIM_DEVICES says.
+    raw = os.environ.get(DEVICES_ENV) or str(max(1, len(_state.named())))
     try:
         devices = int(raw)
     except ValueError:

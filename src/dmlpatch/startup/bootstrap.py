@@ -15,7 +15,7 @@ from dmlpatch.startup import sequence
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Callable, Optional
 
 
 def startup(device: Optional[str] = None, main: bool = True) -> sequence.Startup:
@@ -27,9 +27,19 @@ def startup(device: Optional[str] = None, main: bool = True) -> sequence.Startup
     return sequence.start(
         os.environ.get(resolution.ENV_VAR) or device,
         strict=False,
-        speaks=announce.rank_zero_worker(),
+        speaks=_announcer(main),
         main=main,
     )
+
+
+def _announcer(main: bool) -> Optional[Callable[[resolution.Resolution], None]]:
+    if announce.rank_zero_worker():
+        return announce.resolved
+    if os.environ.get(announce.RANK_ZERO_VAR) != "1" and "LOCAL_RANK" not in os.environ:
+        # Not a child of the runner (whose line the runner says): import dmlpatch.auto says
+        # what the runner would; an activated process speaks when a CUDA site asks.
+        return announce.resolved_when_asked if main else announce.resolved_unless_worker
+    return None
 
 
 def started() -> bool:

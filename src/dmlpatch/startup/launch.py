@@ -44,6 +44,7 @@ class Option(NamedTuple):
 RUNNER_OPTIONS = (
     Option(("--device", "-d"), "device", VALUE, "{name} needs a value, e.g. {name} sim"),
     Option(("--scope",), "scope", VALUE, "--scope needs a value: all, project or specs"),
+    Option(("--bf16",), "bf16", VALUE, "--bf16 needs a value: float32 or float16"),
     Option(("--report",), "report", OPTIONAL_VALUE),
     Option(("-v", "--verbose"), "verbose", FLAG),
 )
@@ -62,6 +63,7 @@ class Options:
     def __init__(self) -> None:
         self.device: Optional[str] = None
         self.scope: Optional[str] = None
+        self.bf16: Optional[str] = None
         self.report: Optional[str] = None
         self.verbose = False
         self.profile: Optional[str] = None
@@ -110,6 +112,8 @@ def parse_options(
             setattr(options, option.field, value)
             if option.field == "scope":
                 options.scope = parse_scope(value)  # named in the order given
+            elif option.field == "bf16":
+                options.bf16 = parse_bf16(value)
         elif allow_module and argument.startswith("-m"):
             if argument == "-m" and index + 1 >= len(argv):
                 raise UsageError("-m needs a module name")
@@ -135,17 +139,29 @@ def parse_scope(text: str) -> str:
     return discovery.parse_scope(text)
 
 
+def parse_bf16(text: str) -> str:
+    from dmlpatch.opfix import dtype_policy
+
+    return dtype_policy.parse_bf16(text, "--bf16 ")
+
+
 def prepare(options: Options, report: Optional[str] = None) -> bool:
     """Check what can be checked without torch (one-line errors, before the program starts),
     then patch (:func:`dmlpatch.startup.sequence.start`); the device is resolved when the
     program first imports torch. ``report``: written at exit. Returns whether patches are
     active."""
+    from dmlpatch.devices import announce
     from dmlpatch.patching import engine
     from dmlpatch.rewriting import discovery
     from dmlpatch.startup import sequence
 
     if options.verbose:
         os.environ["DMLPATCH_VERBOSE"] = "1"
+    from dmlpatch.opfix import dtype_policy
+
+    if options.bf16:
+        os.environ[dtype_policy.BF16_ENV] = options.bf16  # children too
+    dtype_policy.parse_bf16(os.environ.get(dtype_policy.BF16_ENV))  # a bad one is exit 2
     if engine.disabled():
         log.say(f"{engine.DISABLE_VAR}=1: running the program without patches")
         if report:
@@ -161,7 +177,7 @@ def prepare(options: Options, report: Optional[str] = None) -> bool:
         eager=True,
         children=True,
         # torchrun's workers: rank 0's start-up says the line for the job.
-        speaks="LOCAL_RANK" not in os.environ,
+        speaks=announce.resolved if "LOCAL_RANK" not in os.environ else None,
         report=report,
     )
     return bool(started)

@@ -16,8 +16,8 @@ What the caller asked for is said in the arguments: ``strict`` (a bad setting is
 activated environment must never stop a program from starting), ``eager`` (the runner: resolve
 when the program imports torch, so that an explicit device that cannot be met stops it there,
 exit 2), ``children`` (the runner: child processes start patched through ``sitecustomize``),
-``speaks`` (who says the "running on" line) and ``main`` (the ``.pth``: rewrite the main script
-that is about to run).
+``speaks`` (what says the "running on" line, and when; None where another process says it)
+and ``main`` (the ``.pth``: rewrite the main script that is about to run).
 
 :func:`start` returns a :class:`Startup` handle whose :meth:`~Startup.undo` takes out exactly
 what this start-up put in (typeguard's ``install_import_hook`` returns one): the hook, the
@@ -99,7 +99,7 @@ def start(
     strict: bool = True,
     eager: bool = False,
     children: bool = False,
-    speaks: bool = False,
+    speaks: Optional[Callable[[Resolution], None]] = None,
     main: bool = False,
     report: Optional[str] = None,
 ) -> Startup:
@@ -139,10 +139,8 @@ def start(
     handle.on_undo(engine.uninstall)
     _current = handle
     _on_resolution(handle, _patches_not_needed)
-    if speaks:
-        from dmlpatch.devices import announce
-
-        _on_resolution(handle, announce.resolved)
+    if speaks is not None:
+        _on_resolution(handle, speaks)
     _when_imported(handle, "torch", _first_backward)
     if eager:
         _when_imported(handle, "torch", _resolve_at_torch_import)

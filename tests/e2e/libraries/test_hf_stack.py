@@ -1,5 +1,6 @@
 """transformers pipelines, ``from_pretrained(device_map=...)``, the ``Trainer`` (accelerate) and
-sentence-transformers on DirectML, with no spec a user writes.
+sentence-transformers on DirectML, with no spec a user writes; transformers 4.57 (the venv's)
+and the newest 5.x (beside it) alike.
 
 Models are random-init BERTs saved with ``save_pretrained`` beside a hand-built WordPiece
 vocabulary, and a SentenceTransformer (that BERT plus mean pooling) saved with ``save``. Each
@@ -11,12 +12,13 @@ that is the oracle. Without dmlpatch each CUDA form fails here (``Found no NVIDI
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support import clean_env, linked_venv, run_python
+from support import REPO, clean_env, linked_venv, run_python
 
 MAKE_MODELS = """
 import sys, torch
@@ -41,16 +43,17 @@ pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="mean
 SentenceTransformer(modules=[word, pooling], device="cpu").save(str(root / "tiny-st"))
 """
 
-# argv: models root, then "cpu" (the oracle) or "cuda" (what CUDA users write).
+# argv: models root, then "cpu" (the oracle) or "cuda" (what CUDA users write), then "st" or
+# "no-st" (sentence-transformers 5.1 requires transformers < 5).
 INFERENCE = """
 import json, sys, torch
+import transformers
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
-from sentence_transformers import SentenceTransformer
 
-root, cuda = sys.argv[1], sys.argv[2] == "cuda"
+root, cuda, st = sys.argv[1], sys.argv[2] == "cuda", sys.argv[3] == "st"
 bert = root + "/tiny-bert"
 texts = ["the cat sat on the mat .", "a dog ran ."]
-out = {}
+out = {"transformers": transformers.__version__}
 
 classify = pipeline("text-classification", model=bert, device=0 if cuda else -1)
 named = pipeline("text-classification", model=bert, device="cuda" if cuda else "cpu")
@@ -68,10 +71,13 @@ for device_map in (["cuda", 0, "auto", {"": "cuda:0"}] if cuda else ["cpu"]):
         logits.append(model(**batch.to(device)).logits.cpu().tolist())
 out["map_devices"], out["logits"] = map_devices, logits
 
-encoder = SentenceTransformer(root + "/tiny-st") if cuda else SentenceTransformer(
-    root + "/tiny-st", device="cpu")
-out["st_device"] = str(encoder.device)
-out["embeddings"] = encoder.encode(texts).tolist()
+if st:
+    from sentence_transformers import SentenceTransformer
+
+    encoder = SentenceTransformer(root + "/tiny-st") if cuda else SentenceTransformer(
+        root + "/tiny-st", device="cpu")
+    out["st_device"] = str(encoder.device)
+    out["embeddings"] = encoder.encode(texts).tolist()
 print(json.dumps(out))
 """
 
@@ -126,6 +132,7 @@ def venv() -> Iterator[tuple[str, Path]]:
 
 
 def _equal_to_cpu(got: dict, expected: dict) -> None:
+    assert got["transformers"] == expected["transformers"]
     assert expected["pipeline_devices"] == ["cpu", "cpu"]
     assert got["pipeline_devices"] == ["privateuseone:0", "privateuseone:0"]
     assert got["scores"] == pytest.approx(expected["scores"], rel=1e-5)
@@ -134,6 +141,8 @@ def _equal_to_cpu(got: dict, expected: dict) -> None:
     for logits in got["logits"]:
         for row, expected_row in zip(logits, expected["logits"][0]):
             assert row == pytest.approx(expected_row, rel=1e-5, abs=1e-6)
+    if "st_device" not in expected:
+        return
     assert (got["st_device"], expected["st_device"]) == ("privateuseone:0", "cpu")
     for row, expected_row in zip(got["embeddings"], expected["embeddings"]):
         assert row == pytest.approx(expected_row, rel=1e-5, abs=1e-6)
@@ -145,12 +154,13 @@ def test_pipelines_device_maps_and_sentence_transformers_under_the_runner(
     script = tmp_path / "infer.py"
     script.write_text(INFERENCE)
     env = clean_env(HF_HUB_OFFLINE="1")
-    plain = run_python([str(script), str(models), "cpu"], env=env)
+    plain = run_python([str(script), str(models), "cpu", "st"], env=env)
     assert plain.code == 0, plain.err[-3000:]
-    without = run_python([str(script), str(models), "cuda"], env=env)
+    assert json.loads(plain.out)["transformers"].startswith("4.57.")
+    without = run_python([str(script), str(models), "cuda", "st"], env=env)
     assert without.code == 1 and "Found no NVIDIA driver" in without.err
     patched = run_python(
-        ["-m", "dmlpatch", "--device", "sim", str(script), str(models), "cuda"], env=env
+        ["-m", "dmlpatch", "--device", "sim", str(script), str(models), "cuda", "st"], env=env
     )
     assert patched.code == 0, patched.err[-3000:]
     _equal_to_cpu(json.loads(patched.out), json.loads(plain.out))
@@ -163,11 +173,12 @@ def test_pipelines_device_maps_and_sentence_transformers_after_activate(
     script = tmp_path / "infer.py"
     script.write_text(INFERENCE)
     env = clean_env(HF_HUB_OFFLINE="1")
-    expected = json.loads(run_python([str(script), str(models), "cpu"], env=env, python=python).out)
+    oracle = run_python([str(script), str(models), "cpu", "st"], env=env, python=python)
+    expected = json.loads(oracle.out)
     activated = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
     assert activated.code == 0, activated.err
     try:
-        result = run_python([str(script), str(models), "cuda"], env=env, python=python)
+        result = run_python([str(script), str(models), "cuda", "st"], env=env, python=python)
     finally:
         run_python(["-m", "dmlpatch", "deactivate"], python=python)
     assert result.code == 0, result.err[-3000:]
@@ -177,9 +188,12 @@ def test_pipelines_device_maps_and_sentence_transformers_after_activate(
 def test_trainer_trains_three_steps_on_the_device_equal_to_cpu(
     models: Path, tmp_path: Path
 ) -> None:
+    _trainer_equal_to_cpu(models, tmp_path, clean_env(HF_HUB_OFFLINE="1"))
+
+
+def _trainer_equal_to_cpu(models: Path, tmp_path: Path, env: dict[str, str]) -> None:
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    env = clean_env(HF_HUB_OFFLINE="1")
     plain = run_python([str(script), str(models), str(tmp_path / "cpu"), "cpu"], env=env)
     assert plain.code == 0, plain.err[-3000:]
     report = tmp_path / "check.json"
@@ -196,3 +210,48 @@ def test_trainer_trains_three_steps_on_the_device_equal_to_cpu(
     data = json.loads(report.read_text())
     assert data["compute"]["device_share"] == 1.0
     assert [row["op"] for row in data["ops"] if row["how"] in ("fallback", "refused")] == []
+
+
+# -- transformers 5 ------------------------------------------------------------------------------
+# The newest 5.x lives beside the venv (scripts/setup.sh; $DMLPATCH_TRANSFORMERS_5 may point
+# elsewhere), first on PYTHONPATH, with the huggingface-hub and tokenizers it needs; the venv's
+# accelerate and torch serve both. 5.x calls torch.cuda.is_current_stream_capturing in
+# transformers.utils.import_utils and annotates with torch.cuda.CUDAGraph at import: both must
+# leave the rest of the library rewritten.
+
+TRANSFORMERS_5 = Path(
+    os.environ.get("DMLPATCH_TRANSFORMERS_5", str(REPO / ".cache" / "transformers-5.24.0"))
+)
+
+
+@pytest.fixture(scope="module")
+def transformers_5() -> dict[str, str]:
+    assert (TRANSFORMERS_5 / "transformers").is_dir(), f"run scripts/setup.sh: no {TRANSFORMERS_5}"
+    return clean_env(HF_HUB_OFFLINE="1", PYTHONPATH=str(TRANSFORMERS_5))
+
+
+def test_transformers_5_pipelines_and_device_maps_on_the_device_equal_to_cpu(
+    models: Path, tmp_path: Path, transformers_5: dict[str, str]
+) -> None:
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE)
+    plain = run_python([str(script), str(models), "cpu", "no-st"], env=transformers_5)
+    assert plain.code == 0, plain.err[-3000:]
+    assert json.loads(plain.out)["transformers"].startswith("5.")
+    report = tmp_path / "report.json"
+    program = [str(script), str(models), "cuda", "no-st"]
+    patched = run_python(
+        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", *program], env=transformers_5
+    )
+    assert patched.code == 0, patched.err[-3000:]
+    _equal_to_cpu(json.loads(patched.out), json.loads(plain.out))
+    data = json.loads(report.read_text())
+    assert data["kept_as_written"] == []
+    assert data["ops"]["fallback"] == {} and data["compute"]["device_share"] == 1.0
+    assert "transformers.utils.import_utils" in {entry["module"] for entry in data["rewritten"]}
+
+
+def test_transformers_5_trainer_trains_on_the_device_equal_to_cpu(
+    models: Path, tmp_path: Path, transformers_5: dict[str, str]
+) -> None:
+    _trainer_equal_to_cpu(models, tmp_path, transformers_5)

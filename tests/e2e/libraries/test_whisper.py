@@ -98,10 +98,10 @@ def test_without_dmlpatch_load_model_fails_on_the_sparse_buffer(tmp_path: Path) 
     )
 
 
-def test_a_spectrogram_on_the_device_meets_directmls_complex_gap(tmp_path: Path) -> None:
+def test_without_dmlpatch_a_spectrogram_on_the_device_stops(tmp_path: Path) -> None:
     """DirectML has no complex type: ``log_mel_spectrogram(audio, device=dml)`` runs torch.stft
-    there and stops (microsoft/DirectML#704), under dmlpatch too. transcribe (above) computes
-    the spectrogram on the CPU and only moves the real-valued result."""
+    there and stops (microsoft/DirectML#704). With dmlpatch it runs on the device
+    (tests/e2e/libraries/test_type_wall.py)."""
     program = (
         "import numpy as np, whisper, dmlpatch.sim as sim\n"
         "sim.load()\n"

@@ -101,6 +101,13 @@ def test_cpu_ops_bad_names_are_one_line_errors(dev: torch.device) -> None:
         cpu_ops.resolve("aten::no_such_op")
     with pytest.raises(UsageError, match="not an operator name"):
         cpu_ops.resolve("index_add")
+    with pytest.raises(UsageError, match=r"aten::conv2d never reaches the device.*convolution"):
+        cpu_ops.resolve("aten::conv2d")
+    with pytest.raises(UsageError, match="aten::cudnn_convolution cannot run on the CPU"):
+        cpu_ops.resolve("aten::cudnn_convolution")
+    # The backend's convolution runs as the CPU's; its out= form (no CPU kernel) is left out.
+    names = [op.name() for op in cpu_ops.resolve("aten::convolution_overrideable")]
+    assert names == ["aten::convolution_overrideable"]
 
 
 def test_fixes_follow_the_profile_and_the_release() -> None:

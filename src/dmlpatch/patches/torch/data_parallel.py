@@ -173,6 +173,10 @@ def parallel_apply(
     if len(replicas) == 1:
         return [replicas[0](*inputs[0], **module_kwargs[0])]
     grad_enabled = torch.is_grad_enabled()
+    from dmlpatch import opfix
+
+    # Fixes that wait for their dtype are installed now, not while replicas run on threads.
+    opfix.arm_all()
     results: list[Any] = [None] * len(replicas)
     failures: list[Optional[BaseException]] = [None] * len(replicas)
 

@@ -238,11 +238,11 @@ void check_dtype(c10::ScalarType dtype, c10::DeviceIndex index) {
   // raises it, so that the traceback shows where (microsoft/DirectML#688, #704, #421).
   TORCH_CHECK(at >= unsupported.size() || !unsupported[at], "Invalid or unsupported data type ",
               c10::toString(dtype), ".");
-  if (dtype == c10::ScalarType::Double && !config().float64) {
-    TORCH_CHECK(false, "privateuseone:", static_cast<int>(index < 0 ? 0 : index),
-                " has no float64 support (torch_directml.has_float64_support() is False): "
-                "use float32.");
-  }
+  // torch-directml 0.2.5's text for a float64 tensor on an adapter without float64
+  // (microsoft/DirectML#438; has_float64_support() is False there).
+  TORCH_CHECK(dtype != c10::ScalarType::Double || config().float64,
+              "The GPU device does not support Double (Float64) operations!");
+  (void)index;
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -265,6 +265,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sim_fallback>());
+}
+
+// PyTorch's conjugate and negative fallbacks resolve a lazily conjugated source of
+// `_copy_from` by cloning it, and the clone copies with `_copy_from` again: endless recursion
+// (a segfault) for every backend that copies through `_copy_from`. The copy resolves the bits
+// itself (its CPU aliases carry the bits, alias.cpp), so it skips those fallbacks.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace dmlsim

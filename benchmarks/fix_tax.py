@@ -1,0 +1,212 @@
+"""What dmlpatch's operator fixes cost, per training step, measured side by side in one run.
+
+    python benchmarks/fix_tax.py [--rounds N]
+
+Each workload runs in a process of its own on the simulated device, in each configuration,
+the configurations interleaved round by round so that all see the same machine; each process
+measures its own CPU time on one thread (the best of five runs) and the figure is the median of
+the rounds.
+
+**The fixes of DirectML's wrong answers, on the calls it gets right**: default profile with
+dmlpatch's fixes against the permissive profile (no gaps, no fixes). Targets: within 1.10x and
+1.03x.
+
+- ``loop``: a launch-bound elementwise loop on small tensors (mul, mul_, add, sum, mean: what
+  a GPU mostly sees in LLM decoding, small models and on iGPUs);
+- ``loop + to(float16)``: the same with a dtype conversion, which passes the kernel that keeps
+  bfloat16, complex and float64 off DirectML;
+- ``transformer``: a small transformer encoder's training step with a padding mask (a bool
+  tensor: the product fix is installed), SGD without foreach.
+
+**The fixes of DirectML's gaps**, per training step of a model that needs them: dmlpatch's
+on-device kernels ("fixed") against DirectML's CPU fallback (the same operators forced to the
+CPU with ``DMLPATCH_CPU_OPS``, two copies per call) and against a native kernel (the permissive
+profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+PROGRAM = r"""
+import json, sys, time, torch
+import torch.nn.functional as F
+import dmlpatch.sim as sim
+from dmlpatch import opfix
+
+profile, workload = sys.argv[1], sys.argv[2]
+torch.set_num_threads(1)  # CPU time below is this one thread's work, whatever the machine's load
+sim.load(profile)
+opfix.install("sim", profile)
+dev = sim.device(0)
+torch.manual_seed(0)
+
+
+def loop(convert=False):
+    x, y = torch.randn(256, device=dev), torch.randn(256, device=dev)
+    def step():
+        z = x * y
+        z.mul_(0.5)
+        z = z + x
+        s = z.sum(0)
+        m = z.mean()
+        return (s, m, z.to(torch.float16)) if convert else (s, m)
+    return step, 200
+
+
+def transformer():
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(dev)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(8, 32, 64).to(dev)
+    lengths = torch.tensor([32, 30, 28, 25, 32, 20, 31, 16])
+    padding = (torch.arange(32)[None, :] >= lengths[:, None]).to(dev)
+    def step():
+        loss = model(x, src_key_padding_mask=padding).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return step, 5
+
+
+def trainer(model, make_input, optimizer=None):
+    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
+    x = make_input()
+    def step():
+        loss = model(x).float().pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return step, 5
+
+
+def adamw():
+    model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(6)]).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return trainer(model, lambda: torch.randn(16, 128).to(dev), optimizer)
+
+
+def lstm():
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.LSTM(32, 64, batch_first=True)
+        def forward(self, x):
+            return self.rnn(x)[0]
+    return trainer(Tagger().to(dev), lambda: torch.randn(8, 20, 32).to(dev))
+
+
+def group_norm():
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 32, 3, padding=1), torch.nn.GroupNorm(8, 32),
+                                torch.nn.SiLU(), torch.nn.Conv2d(32, 8, 3, padding=1)).to(dev)
+    return trainer(model, lambda: torch.randn(4, 8, 32, 32).to(dev))
+
+
+def grid_sample():
+    class Warp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.offsets = torch.nn.Conv2d(16, 2, 3, padding=1)
+        def forward(self, x):
+            grid = torch.tanh(self.offsets(x)).permute(0, 2, 3, 1)
+            return F.grid_sample(x, grid, align_corners=False)
+    return trainer(Warp().to(dev), lambda: torch.randn(4, 16, 24, 24).to(dev))
+
+
+def linalg():
+    class Solve(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.matrix = torch.nn.Parameter(torch.randn(4, 4) + 4 * torch.eye(4))
+        def forward(self, x):
+            return torch.linalg.solve(self.matrix.expand(x.shape[0], 4, 4), x)
+    return trainer(Solve().to(dev), lambda: torch.randn(64, 4, 1).to(dev))
+
+
+workloads = {"loop": loop, "loop + to(float16)": lambda: loop(True), "transformer": transformer,
+             "adamw": adamw, "lstm": lstm, "group_norm": group_norm,
+             "grid_sample": grid_sample, "linalg": linalg}
+step, repeat = workloads[workload]()
+for _ in range(3):
+    step()
+best = float("inf")
+for _ in range(5):
+    start = time.process_time()
+    for _ in range(repeat):
+        step()
+    best = min(best, (time.process_time() - start) / repeat)
+print(json.dumps(best * 1e6))
+"""
+
+DEFAULT, PERMISSIVE = "torch-directml-0.2.5", "permissive"
+
+#: Workloads of the gaps' fixes, with the operators their fallback path forces to the CPU
+#: (empty: there is no fallback path, DirectML fails).
+GAP_WORKLOADS = {
+    "adamw": "aten::_foreach_add_,aten::_foreach_lerp_,aten::_foreach_mul_,"
+    "aten::_foreach_addcmul_,aten::_foreach_sqrt,aten::_foreach_div_,aten::_foreach_addcdiv_",
+    "lstm": "",  # the fused cells have no CPU kernel: DirectML's fallback fails
+    "group_norm": "aten::native_group_norm_backward,aten::silu_backward",
+    "grid_sample": "aten::grid_sampler_2d,aten::grid_sampler_2d_backward",
+    "linalg": "aten::_linalg_solve_ex,aten::linalg_lu_solve",
+}
+
+
+def _measure(profile: str, workload: str, cpu_ops: str = "") -> float:
+    env = {k: v for k, v in os.environ.items() if k != "DMLPATCH_CPU_OPS"}
+    if cpu_ops:
+        env["DMLPATCH_CPU_OPS"] = cpu_ops
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, profile, workload],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return float(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _median_of(rounds: int, configurations: dict[str, tuple[str, str, str]]) -> dict[str, float]:
+    times: dict[str, list[float]] = {name: [] for name in configurations}
+    for _ in range(rounds):
+        for name, arguments in configurations.items():
+            times[name].append(_measure(*arguments))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    rounds = parser.parse_args().rounds
+    print("wrong answers' fixes, on the calls DirectML gets right (us per step, CPU time)")
+    print(f"{'workload':24} {'fixed':>10} {'native':>10} {'ratio':>7}")
+    for workload in ("loop", "loop + to(float16)", "transformer"):
+        found = _median_of(
+            rounds, {"fixed": (DEFAULT, workload, ""), "native": (PERMISSIVE, workload, "")}
+        )
+        fixed, native = found["fixed"], found["native"]
+        print(f"{workload:24} {fixed:10.1f} {native:10.1f} {fixed / native:6.2f}x")
+    print("\ngaps' fixes, per training step (us, CPU time): fixed on the device, DirectML's")
+    print("CPU fallback (two copies per call), a native kernel (permissive profile)")
+    print(f"{'workload':24} {'fixed':>10} {'fallback':>10} {'native':>10} {'vs fallback':>12}")
+    for workload, forced in GAP_WORKLOADS.items():
+        configurations = {"fixed": (DEFAULT, workload, ""), "native": (PERMISSIVE, workload, "")}
+        if forced:
+            configurations["fallback"] = (DEFAULT, workload, forced)
+        found = _median_of(rounds, configurations)
+        fixed, native = found["fixed"], found["native"]
+        fallback = f"{found['fallback']:10.1f}" if forced else f"{'fails':>10}"
+        versus = f"{fixed / found['fallback']:11.2f}x" if forced else f"{'-':>12}"
+        print(
+            f"{workload:24} {fixed:10.1f} {fallback} {native:10.1f} {versus}"
+            f"   ({fixed / native:.2f}x native)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Complex numbers on DirectML, held as pairs of reals (see :mod:`.tensor`)."""

@@ -1,0 +1,73 @@
+"""float16 through DirectML's CPU fallback, for operators whose CPU kernel has no float16.
+
+An operator DirectML lacks runs on the CPU (two copies per call); CUDA runs it in float16, but
+the CPU kernel of some has no float16, so a float16 program that works on CUDA stops on
+DirectML with ``NotImplementedError: "grid_sampler_2d_cpu" not implemented for 'Half'`` (image
+libraries' float16 runs meet it in resampling and pooling). For the operators listed in
+:data:`OPERATORS`, the fallback is dmlpatch's own: the same copies, with float16 arguments
+computed in float32 on the CPU and the results brought back as float16 (counted as
+fallbacks, as DirectML's are). Calls without float16 arguments behave as DirectML's fallback.
+Only operators that fall back (not native on the profile) and that no other fix serves are
+taken.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.cpu_ops import cpu_kernel
+
+#: Operators CUDA runs in float16 whose CPU kernels (torch 2.4 to 2.14) do not: found by
+#: running PyTorch's OpInfo samples in float16 on the CPU (``benchmarks/`` and the tests name
+#: them); all overloads of each.
+OPERATORS = (
+    "_upsample_bilinear2d_aa",
+    "_upsample_bilinear2d_aa_backward",
+    "_upsample_bicubic2d_aa",
+    "_upsample_bicubic2d_aa_backward",
+    "grid_sampler_2d",
+    "grid_sampler_2d_backward",
+    "grid_sampler_3d",
+    "grid_sampler_3d_backward",
+    "max_unpool2d",
+    "max_unpool3d",
+    "adaptive_max_pool3d",
+    "adaptive_max_pool3d_backward",
+    "trace",
+    "histc",
+    "multi_margin_loss",
+    "multi_margin_loss_backward",
+    "multilabel_margin_loss_forward",
+    "multilabel_margin_loss_backward",
+    "rrelu_with_noise",
+    "_ctc_loss",
+    "_ctc_loss_backward",
+)
+
+
+def _overloads() -> list[torch._ops.OpOverload]:
+    found = []
+    for name in OPERATORS:
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            qualified = op.name()
+            if torch._C._dispatch_has_kernel_for_dispatch_key(
+                qualified, "CompositeImplicitAutograd"
+            ):
+                continue  # composed of other operators: never reaches the device
+            found.append(op)
+    return found
+
+
+KERNELS = tuple(
+    Kernel(
+        op.name().split("::", 1)[1],
+        cpu_kernel(op, upcast_half=True),
+        "fallback",
+    )
+    for op in _overloads()
+)

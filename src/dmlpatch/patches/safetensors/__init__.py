@@ -1,0 +1,1 @@
+"""The safetensors patch: its spec and its function-level fixes."""

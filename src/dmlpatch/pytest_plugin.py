@@ -1,0 +1,91 @@
+"""The pytest plugin: a test suite run under dmlpatch runs on the device, asserts introspected.
+
+pytest loads ``conftest.py`` and the test modules through its own import hook, which rewrites
+their ``assert`` statements so that a failure shows the values involved; it puts that hook first
+on ``sys.meta_path`` as a session starts, so without this plugin those modules never reached
+dmlpatch's finder and a fixture's ``torch.device("cuda" if torch.cuda.is_available() else "cpu")``
+put every test on the CPU. Registered as the ``pytest11`` entry point ``dmlpatch``, this module
+is imported by every pytest session of an environment where dmlpatch is installed, after pytest
+installs its hook and before any conftest loads, and does nothing unless dmlpatch's import hook is
+active in the process (``python -m dmlpatch -m pytest``, ``dmlpatch run pytest``, an activated
+environment, a child of those such as a pytest-xdist worker). Then it registers pytest's loader
+with ``dmlpatch.rewriting.composition`` (a module with CUDA sites gets them rewritten, then
+pytest rewrites its asserts, one compile, cached under a tag naming pytest's version) and puts
+dmlpatch's finder back in front of pytest's.
+
+pytest captures stderr while it collects and runs tests, so dmlpatch's lines (``running on ...``,
+warnings) said then are held and shown in a ``dmlpatch`` section of the terminal summary
+instead of landing in a test's captured output. ``-p no:dmlpatch`` turns the plugin off: conftest
+and test modules then load as pytest has them, their device choices as under plain python, and
+one line at exit says so.
+"""
+
+from __future__ import annotations
+
+from dmlpatch import log
+from dmlpatch.rewriting import hook
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ast
+    import types
+    from typing import Any
+
+    from dmlpatch.rewriting.composition import Composer
+
+#: The loader class of pytest's assertion rewriting.
+PYTEST_LOADER = "_pytest.assertion.rewrite.AssertionRewritingHook"
+
+
+def _composer(loader: Any) -> Composer:
+    """dmlpatch's tree, then pytest's ``rewrite_asserts`` with the session's configuration."""
+    from _pytest.assertion.rewrite import rewrite_asserts
+
+    from dmlpatch.rewriting.composition import Composer
+
+    config = loader.config
+    try:
+        pass_hook = bool(config.getini("enable_assertion_pass_hook"))
+    except ValueError:  # an ini option another pytest does not know
+        pass_hook = False
+
+    def finish(tree: ast.Module, source: bytes, path: str) -> types.CodeType:
+        rewrite_asserts(tree, source, path, config)
+        return compile(tree, path, "exec", dont_inherit=True)
+
+    import pytest
+
+    return Composer(f"pytest{pytest.__version__}-passhook{int(pass_hook)}", finish)
+
+
+#: dmlpatch's lines said during the session: pytest captures stderr, so said as they come they
+#: would land in the captured output of whichever test was running (and in its ``capsys``).
+_held: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """dmlpatch's lines (``running on ...``, warnings) in a section of their own."""
+    if _held:
+        terminalreporter.section("dmlpatch", sep="-")
+        for line in _held:
+            terminalreporter.write_line(line)
+        _held.clear()
+
+
+def pytest_unconfigure(config: Any) -> None:
+    """Lines from here on (the exit's) go to stderr, where pytest no longer captures; any
+    held line no summary showed (``-p no:terminal``, an xdist worker) goes there too."""
+    if _active:
+        log.divert(None)
+        for line in _held:
+            log.say(line.partition("dmlpatch: ")[2])
+        _held.clear()
+
+
+_active = hook.is_installed()
+if _active:
+    from dmlpatch.rewriting import composition
+
+    composition.register(PYTEST_LOADER, _composer)
+    hook.to_front()
+    log.divert(_held.append)

@@ -1,0 +1,65 @@
+"""float16 through the CPU fallback (``dmlpatch.opfix.half_on_host``): operators DirectML sends
+to the CPU whose CPU kernel has no float16 run there in float32 and come back as float16,
+counted as fallbacks; without dmlpatch a float16 program stops there."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tests.e2e.opfix.helpers import without_fixes
+
+import dmlpatch.sim as sim
+
+
+def _pooled() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return F.max_pool2d(torch.randn(1, 2, 8, 8), 2, return_indices=True)
+
+
+CASES: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
+    "antialiased resize": (
+        "aten::_upsample_bilinear2d_aa",
+        lambda x: F.interpolate(x, size=(5, 5), mode="bilinear", antialias=True),
+    ),
+    "bicubic antialiased resize": (
+        "aten::_upsample_bicubic2d_aa",
+        lambda x: F.interpolate(x, size=(6, 3), mode="bicubic", antialias=True),
+    ),
+    "trace": ("aten::trace", lambda x: torch.trace(x[0, 0])),
+    "max_unpool2d": (
+        "aten::max_unpool2d",
+        lambda x: F.max_unpool2d(x[:, :, :4, :4], _pooled()[1].to(x.device), 2),
+    ),
+    "adaptive_max_pool3d": ("aten::adaptive_max_pool3d", lambda x: F.adaptive_max_pool3d(x, 3)),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_float16_fallbacks_without_a_cpu_kernel_run_in_float32(
+    dev: torch.device, name: str
+) -> None:
+    op, run = CASES[name]
+    torch.manual_seed(1)
+    x = torch.randn(1, 2, 8, 8).half()
+    expected = run(x.float()).half()
+    sim.reset_counters()
+    got = run(x.to(dev))
+    assert got.dtype == torch.float16 and got.device == dev
+    assert torch.equal(got.cpu(), expected)
+    assert sim.counters()["ops"]["fallback"] == {op: 1}
+
+
+def test_without_dmlpatch_a_float16_resize_stops(dev: torch.device) -> None:
+    x = torch.randn(1, 2, 8, 8).half().to(dev)
+    with without_fixes(), pytest.raises(RuntimeError, match="not implemented for 'Half'"):
+        F.interpolate(x, size=(5, 5), mode="bilinear", antialias=True)
+
+
+def test_float32_calls_are_directmls_fallback(dev: torch.device) -> None:
+    x = torch.randn(1, 2, 8, 8)
+    got = F.interpolate(x.to(dev), size=(5, 5), mode="bilinear", antialias=True)
+    assert got.dtype == torch.float32
+    assert torch.equal(got.cpu(), F.interpolate(x, size=(5, 5), mode="bilinear", antialias=True))
