@@ -185,8 +185,7 @@ def activation_startup(rounds: int, workdir: Path) -> None:
     plain_site, activated_site = workdir / "plain-site", workdir / "activated-site"
     plain_site.mkdir()
     activated_site.mkdir()
-    guard = str(Path(activation.__file__).with_name("bootstrap.py"))
-    line = activation._LINE.format(device="auto", guard=guard)
+    line = activation.line("auto")
     (activated_site / activation.PTH_NAME).write_text(line)
     script = "import site, sys; site.addsitedir(sys.argv[1])"
     wall(["-c", script, str(activated_site)])

@@ -32,19 +32,26 @@ def describe() -> dict[str, Any]:
     return resolution.current().as_dict()
 
 
-def patch(device: Optional[str] = None) -> bool:
-    """Patch this process (what ``import dmlpatch.auto`` does); False when ``DMLPATCH_DISABLE=1``.
+def patch(device: Optional[str] = None) -> Any:
+    """Patch this process (what ``import dmlpatch.auto`` does) and return the handle that
+    undoes it: true while patches are active (false when ``DMLPATCH_DISABLE=1``), ``undo()``
+    takes out what this call put in, and ``with dmlpatch.patch("sim"):`` does both.
 
-    Not to be confused with ``dmlpatch activate``, which makes every process of the environment
-    start patched.
+    A bad ``device`` raises :class:`~dmlpatch.errors.UsageError`. Not to be confused with
+    ``dmlpatch activate``, which makes every process of the environment start patched.
     """
-    from dmlpatch.patching import engine
+    from dmlpatch.startup import sequence
 
-    return engine.install(device)
+    return sequence.start(device)
 
 
 def unpatch() -> None:
-    """Remove every function-level fix and the import hook (the opposite of :func:`patch`)."""
+    """Undo this process's start-up: the import hook, every function-level fix and what else
+    it installed (the opposite of :func:`patch`)."""
     from dmlpatch.patching import engine
+    from dmlpatch.startup import sequence
 
+    started = sequence.current()
+    if started is not None:
+        started.undo()
     engine.uninstall()

@@ -9,6 +9,5 @@ CUDA sites and nothing before this import did anything (see ``dmlpatch.rewriting
 from dmlpatch.rewriting import main_script
 from dmlpatch.startup import bootstrap
 
-bootstrap.startup(main=False)
-if bootstrap.started():
+if bootstrap.startup(main=False):
     main_script.take_over_from_auto()

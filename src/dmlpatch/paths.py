@@ -1,4 +1,8 @@
-"""Where dmlpatch keeps what it builds (simulated-device extension, caches)."""
+"""Where dmlpatch keeps what it builds (simulated-device extension, caches).
+
+Every cache lives in a subdirectory of :func:`cache_directory` that :func:`cache_subdirectory`
+makes private and checks (``dmlpatch.trust``): one another user could write is not used.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,9 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Optional
+
+_subdirectories: dict[tuple[str, str], Optional[str]] = {}
 
 
 def cache_directory() -> str:
@@ -21,6 +28,45 @@ def cache_directory() -> str:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = xdg if xdg else os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "dmlpatch")
+
+
+def cache_subdirectory(name: str, create: bool = True) -> Optional[str]:
+    """``<cache>/<name>``, created private when missing and ``create``; None when it cannot be
+    used. Without ``create`` a missing directory is still named (reading from it misses), so a
+    process that only reads its caches writes nothing.
+
+    A cache that cannot be created (a read-only disk, ``DMLPATCH_CACHE_DIR`` naming a file) is
+    simply not used. One whose path another user could write to is not used either, and one
+    warning per process says why and what to do. Answers are kept for the process.
+    """
+    root = cache_directory()
+    path = os.path.join(root, name)
+    key = (root, name)
+    if key in _subdirectories:
+        return _subdirectories[key]
+    if not create and not os.path.isdir(path):
+        return path
+    from dmlpatch import trust
+
+    try:
+        problem = trust.make_directory(path)
+    except OSError:
+        if not os.path.isdir(path):
+            _subdirectories[key] = None
+            return None
+        problem = trust.directory_problem(path)  # a read-only one may still be read
+    if problem is not None:
+        from dmlpatch import log
+
+        log.warn_once(
+            f"cache:{root}",
+            f"cache directory {root} is not used: {problem}; set DMLPATCH_CACHE_DIR to a "
+            "directory of yours that only you can write",
+        )
+        _subdirectories[key] = None
+        return None
+    _subdirectories[key] = path
+    return path
 
 
 def cache_root() -> Path:

@@ -219,7 +219,12 @@ def write(destination: str) -> None:
     try:
         with open(destination, "w", encoding="utf-8") as handle:
             handle.write(text + "\n")
-    except OSError as error:  # at exit: the program's own status stands, one line says why
+    except OSError as error:
+        # At exit, after the program's status is set: python keeps it whatever an exit handler
+        # does, so this is a warning, and the line says which status the process ends with.
         from dmlpatch import log
 
-        log.say(f"error: cannot write the report to {destination!r}: {error.strerror}")
+        log.say(
+            f"warning: cannot write the report to {destination!r}: {error.strerror}; the exit "
+            "code stays the program's"
+        )

@@ -110,6 +110,8 @@ def test_read_only_site_packages_is_one_line(env: tuple[str, Path]) -> None:
 
 
 def test_bootstrap_line_never_fails_without_dmlpatch(env: tuple[str, Path], tmp_path: Path) -> None:
+    """After an editable install is uninstalled its sources stay, the guard file with them: the
+    line must still say nothing (it printed python's 7-line "Error processing line 1")."""
     python, purelib = env
     run_python(["-m", "dmlpatch", "activate"], python=python)
     try:
@@ -129,9 +131,47 @@ def test_bootstrap_line_never_fails_without_dmlpatch(env: tuple[str, Path], tmp_
             text=True,
             env={**clean_env(), "PYTHONPATH": os.devnull},
         )
-        assert result.stdout == "up\n"
+        assert (result.returncode, result.stdout, result.stderr) == (0, "up\n", "")
     finally:
         run_python(["-m", "dmlpatch", "deactivate"], python=python)
+
+
+def test_other_lines_of_the_pth_are_kept(env: tuple[str, Path]) -> None:
+    """A line someone else added to dmlpatch-activate.pth: status still finds dmlpatch's line,
+    and activate and deactivate leave the other one as it was."""
+    python, purelib = env
+    pth = purelib / "dmlpatch-activate.pth"
+    theirs = "# kept by the user\nimport os; os.environ.setdefault('THEIRS', '1')\n"
+    assert run_python(["-m", "dmlpatch", "activate", "--device", "cpu"], python=python).code == 0
+    try:
+        pth.write_text(theirs + pth.read_text())
+        status = run_python(["-m", "dmlpatch", "status"], python=python)
+        assert (
+            status.out.splitlines()[0]
+            == f"dmlpatch {_version()}: activated with device cpu ({pth})"
+        )
+        again = run_python(["-m", "dmlpatch", "activate", "--device", "sim"], python=python)
+        assert again.code == 0 and "dmlpatch: activated:" in again.err
+        assert pth.read_text().startswith(theirs)
+        fresh = run_python(["-c", "import os; print(os.environ.get('THEIRS'))"], python=python)
+        assert fresh.out == "1\n"
+        gone = run_python(["-m", "dmlpatch", "deactivate"], python=python)
+        assert gone.err_lines[0] == (
+            f"dmlpatch: deactivated: took dmlpatch's line out of {pth} (its other lines stay)"
+        )
+        assert pth.read_text() == theirs
+        status = run_python(["-m", "dmlpatch", "status"], python=python)
+        assert status.out.splitlines()[0] == (
+            f"dmlpatch {_version()}: not activated (no line of dmlpatch's in {pth})"
+        )
+    finally:
+        pth.unlink(missing_ok=True)
+
+
+def _version() -> str:
+    from dmlpatch import __version__
+
+    return __version__
 
 
 _CRASH_DURING_WRITE = """

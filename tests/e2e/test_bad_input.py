@@ -64,6 +64,13 @@ CASES = [
     Case("device-trailing-comma", ("--device", "dml:x,", OK), 2, r"listed by index, e\.g\. dml:0"),
     Case("device-negative-index", ("--device", "sim:-1", OK), 2, r"sim takes an adapter index"),
     Case("device-cuda-name", ("--device", "cuda:abc", OK), 2, r"cuda takes an adapter index"),
+    Case(
+        "device-privateuseone-name",
+        ("--device", "privateuseone:x", OK),
+        2,
+        r"^dmlpatch: error: device spec 'privateuseone:x': privateuseone takes an adapter index "
+        r"such as privateuseone:0 \(only dml takes an adapter name\)$",
+    ),
     Case("device-no-value", ("--device",), 2, r"--device needs a value"),
     Case("device-env-unknown", (OK,), 2, r"unknown device spec 'gpu'", {"DMLPATCH_DEVICE": "gpu"}),
     Case("device-dml-missing", ("--device", "dml", OK), 2, r"torch-directml is not installed"),
@@ -449,13 +456,14 @@ class Sandbox:
 @pytest.fixture
 def sandbox() -> Iterator[Sandbox]:
     """Outside pytest's private (0700) temporary root, so that user nobody can reach it; the
-    empty directories are world-writable, so that a stray write as nobody would show too."""
+    empty directories are world-writable, so that a stray write as nobody would show too. The
+    cache is private to whoever runs the case (dmlpatch uses no cache others could write)."""
     root = Path(tempfile.mkdtemp(prefix="bad-input-"))
     root.chmod(0o755)
     box = Sandbox(root, *(root / name for name in ("work", "home", "xdg", "cache", "inputs")))
     for directory in (box.work, box.home, box.xdg, box.cache):
         directory.mkdir()
-        directory.chmod(0o777)
+        directory.chmod(0o700 if directory == box.cache else 0o777)
     _prepare_inputs(box.inputs)
     try:
         yield box
@@ -493,6 +501,10 @@ def _run(case: Case, box: Sandbox, request: pytest.FixtureRequest, **extra: str)
         # The suite runs as root with setpriv (CI included), as tests/e2e/test_activation.py does.
         assert _can_drop_privileges(), "dropping to user nobody needs root and setpriv"
         prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(box.cache, nobody.pw_uid, nobody.pw_gid)
     env = clean_env(
         HOME=str(box.home), XDG_CACHE_HOME=str(box.xdg), DMLPATCH_CACHE_DIR=str(box.cache)
     )

@@ -313,6 +313,77 @@ def test_a_site_file_of_the_user_is_merged_and_given_back_byte_for_byte(env: Env
     assert env.digests() == env.outside
 
 
+def test_a_symlinked_site_file_stays_a_link(env: Env) -> None:
+    """A pip.conf kept elsewhere (a dotfiles repository) and linked into the venv: pin edits
+    the file it links to, and unpin gives that file back; the link stays a link."""
+    _installed(env)
+    kept = env.prefix.parent / "dotfiles" / "pip.conf"
+    kept.parent.mkdir()
+    original = b"[global]\ntimeout = 20\n"
+    kept.write_bytes(original)
+    env.site_file.symlink_to(kept)
+    assert env.dmlpatch("pin").code == 0
+    assert env.site_file.is_symlink() and os.readlink(env.site_file) == str(kept)
+    assert PINNED in env.pip("needs-new-torch").out
+    assert env.dmlpatch("unpin").code == 0
+    assert env.site_file.is_symlink() and kept.read_bytes() == original
+
+
+def test_the_pins_files_are_written_0755_and_0644_whatever_the_umask(env: Env) -> None:
+    """pip of every user of the environment reads them; nobody else may write them."""
+    _installed(env)
+    completed = subprocess.run(
+        [env.python, "-m", "dmlpatch", "pin"],
+        env=env.env,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.umask(0o002),
+    )
+    assert completed.returncode == 0, completed.stderr
+    directory = env.prefix / "dmlpatch-pin"
+    modes = {p.name: p.stat().st_mode & 0o777 for p in [directory, *directory.iterdir()]}
+    assert modes == {"dmlpatch-pin": 0o755, "constraints.txt": 0o644, "state.json": 0o644}
+    assert (env.purelib / "dmlpatch-pin.pth").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_pin_file_another_user_wrote_is_not_acted_on(env: Env) -> None:
+    """unpin writes what state.json says into the site file: only from a file of this user's."""
+    assert os.geteuid() == 0, "another user's file needs root"
+    _installed(env)
+    assert env.dmlpatch("pin").code == 0
+    state = env.prefix / "dmlpatch-pin" / "state.json"
+    os.chown(state, 1002, 1002)
+    refused = env.dmlpatch("unpin")
+    assert refused.code == 2
+    assert refused.err_lines == [
+        f"dmlpatch: error: {state} belongs to uid 1002, not to you (uid 0): dmlpatch does not act "
+        f"on it; remove {state.parent} and dmlpatch's constraint line from {env.site_file} by hand"
+    ]
+    assert PINNED in env.pip("needs-new-torch").out  # nothing was changed
+
+
+def test_after_dmlpatch_is_uninstalled_the_pin_is_silent_and_still_holds(env: Env) -> None:
+    """An editable install uninstalled (its sources stay, dmlpatch cannot be imported): pip's
+    processes print nothing of dmlpatch's, and the constraint, which keeps torch-directml
+    working, still holds; the site file and the constraints say how to lift it by hand."""
+    _installed(env)
+    assert env.dmlpatch("pin").code == 0
+    (env.purelib / "_dmlpatch_sources.pth").unlink()
+    version = env.run("-m", "pip", "--version")
+    assert version.code == 0 and version.err == "", version.err
+    assert env.run("-c", "print('up')").err == ""
+    refused = env.pip("needs-new-torch")
+    assert refused.code == 1 and PINNED in refused.out
+    assert "Error processing line" not in refused.err and _said(refused) == []
+    site = env.site_file.read_text()
+    assert pip_config.NOTE + "\n" in site
+    assert "without dmlpatch: delete this line and the constraint below" in pip_config.NOTE
+    constraints = (env.prefix / "dmlpatch-pin" / "constraints.txt").read_text()
+    assert f"Without\n# dmlpatch: delete the constraint line it added to {env.site_file}." in (
+        constraints
+    )
+
+
 def test_activate_pin_is_undone_by_deactivate_an_explicit_pin_is_not(env: Env) -> None:
     _installed(env)
     activated = env.dmlpatch("activate", "--device", "cpu", "--pin")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -172,4 +173,28 @@ def test_version_and_help() -> None:
     assert (result.code, result.out) == (0, f"dmlpatch {__version__}\n")
     result = run_python(["-m", "dmlpatch", "--help"])
     assert result.code == 0 and "usage: python -m dmlpatch" in result.out
+    # --help anywhere among dmlpatch's own options (they exited 2 with "unknown option").
+    for argv, usage in (
+        (["--device", "sim", "--help"], "usage: python -m dmlpatch"),
+        (["check", "--device", "sim", "--help"], "usage: dmlpatch check"),
+        (["run", "-d", "sim", "--help"], "usage: dmlpatch run"),
+    ):
+        result = run_python(["-m", "dmlpatch", *argv])
+        assert (result.code, result.err) == (0, ""), argv
+        assert result.out.startswith(usage), argv
     assert sys.executable
+
+
+def test_check_runs_the_program_as_the_runner_does(tmp_path: Path) -> None:
+    """check goes through the runner's path with a judge: the runner's --report is written
+    too, and the program's exit status and traceback are the runner's."""
+    script = tmp_path / "program.py"
+    script.write_text("import torch\nx = torch.ones(2).cuda()\nprint(x.device)\n")
+    report = tmp_path / "report.json"
+    result = run_python(
+        ["-m", "dmlpatch", "check", f"--report={report}", "--device", "sim", str(script)],
+        cwd=tmp_path,
+    )
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0] == "privateuseone:0"
+    assert json.loads(report.read_text())["device"] == "privateuseone:0"

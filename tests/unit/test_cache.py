@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import _imp
 import importlib.util
 import json
 import marshal
 import os
+import py_compile
 import subprocess
 import sys
 import textwrap
@@ -19,6 +21,9 @@ from corpus._harness import Sandbox, child_env, sandbox
 from dmlpatch._version import __version__
 from dmlpatch.rewriting import bytecode_cache, hook
 from dmlpatch.rewriting import sites as rewrite
+
+#: A source hash where the test does not validate by hash.
+NO_HASH = bytes(8)
 
 SOURCE = """
     def move(x):
@@ -132,9 +137,10 @@ def test_a_touched_source_of_the_same_size_is_rewritten_again(box: Sandbox) -> N
         pytest.param(lambda data: b"garbage" * 10, id="garbage"),
         pytest.param(lambda data: data[: len(data) // 2], id="truncated"),
         pytest.param(lambda data: data[:30], id="truncated-payload"),
-        pytest.param(lambda data: data[:24] + b"\xff" * 40, id="bad-marshal"),
+        pytest.param(lambda data: data[:32] + b"\xff" * 40, id="bad-marshal"),
         pytest.param(lambda data: b"\0\0\0\0" + data[4:], id="other-python"),
         pytest.param(lambda data: data[:8] + bytes(16) + data[24:], id="other-source"),
+        pytest.param(lambda data: data[:4] + b"dml1" + data[8:], id="older-format"),
     ],
 )
 def test_a_damaged_cache_file_is_rebuilt(box: Sandbox, damage) -> None:
@@ -153,11 +159,18 @@ def test_foreign_payloads_are_misses(tmp_path: Path) -> None:
     stamp = bytecode_cache.stamp(str(source))
     cached = tmp_path / "m.pyc"
     code = compile("x = 1\n", str(source), "exec")
-    header = importlib.util.MAGIC_NUMBER + b"dml1" + bytes(16)
-    for payload in [(1, 2), ((("a",),), code), ((), "not code"), [((), code)]]:
-        assert bytecode_cache.write(str(cached), stamp, code, [])
+    header = importlib.util.MAGIC_NUMBER + b"dml2" + bytes(24)
+    for payload in [
+        (1, 2),
+        ((("a",),), code),
+        ((), "not code"),
+        [((), code)],
+        (((1, 2, 3),), code),
+        ((("1", 2, "kind", "text"),), code),
+    ]:
+        assert bytecode_cache.write(str(cached), stamp, NO_HASH, code, [])
         data = cached.read_bytes()
-        cached.write_bytes(data[:24] + marshal.dumps(payload))
+        cached.write_bytes(data[:32] + marshal.dumps(payload))
         assert bytecode_cache.read(str(cached), str(source), stamp) is None, payload
     cached.write_bytes(header)
     assert bytecode_cache.read(str(cached), str(source), stamp) is None
@@ -187,7 +200,7 @@ def test_an_unwritable_cache_location_falls_back_to_no_caching(
     cached = cache_file(path)
     assert str(cached).startswith(str(blocker))
     assert not bytecode_cache.write(
-        str(cached), bytecode_cache.stamp(str(path)), compile("", "", "exec"), []
+        str(cached), bytecode_cache.stamp(str(path)), NO_HASH, compile("", "", "exec"), []
     )
     assert "__dmlpatch__" in vars(box.load("mod"))
     assert "__dmlpatch__" in vars(reload(box))
@@ -401,7 +414,7 @@ def test_write_is_atomic_for_readers(tmp_path: Path) -> None:
     cached = tmp_path / "__pycache__" / "m.pyc"
     big = compile("x = [" + ", ".join(str(i) for i in range(20000)) + "]\n", str(source), "exec")
     small = compile("x = 1\n", str(source), "exec")
-    assert bytecode_cache.write(str(cached), stamp, small, [])
+    assert bytecode_cache.write(str(cached), stamp, NO_HASH, small, [])
     reader = subprocess.Popen(
         [
             sys.executable,
@@ -419,5 +432,59 @@ def test_write_is_atomic_for_readers(tmp_path: Path) -> None:
     )
     while reader.poll() is None:
         for code in (big, small):
-            assert bytecode_cache.write(str(cached), stamp, code, [])
+            assert bytecode_cache.write(str(cached), stamp, NO_HASH, code, [])
     assert reader.returncode == 0, reader.stderr.read().decode() if reader.stderr else ""
+
+
+def _same_size_edit_keeping_mtime(path: Path, text: str) -> None:
+    before = path.stat()
+    path.write_text(text, encoding="utf-8")
+    assert path.stat().st_size == before.st_size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    ("mode", "check", "noticed"),
+    [
+        # python checks a checked-hash pyc's source hash: an edit keeping size and time shows
+        (py_compile.PycInvalidationMode.CHECKED_HASH, "default", True),
+        # --check-hash-based-pycs always: every hash-based pyc is checked
+        (py_compile.PycInvalidationMode.UNCHECKED_HASH, "always", True),
+        # unchecked, or timestamp-based: python trusts the stamp, and so does the cache
+        (py_compile.PycInvalidationMode.UNCHECKED_HASH, "default", False),
+        (py_compile.PycInvalidationMode.TIMESTAMP, "always", False),
+        (py_compile.PycInvalidationMode.CHECKED_HASH, "never", False),
+    ],
+    ids=["checked-hash", "unchecked-always", "unchecked", "timestamp", "never"],
+)
+def test_the_cache_is_invalidated_as_python_invalidates_the_source_pyc(
+    box: Sandbox,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: py_compile.PycInvalidationMode,
+    check: str,
+    noticed: bool,
+) -> None:
+    """An edit that keeps the source's size and mtime: the rewritten module is what python
+    would run, given the mode of the module's own pyc and --check-hash-based-pycs."""
+    monkeypatch.setattr(_imp, "check_hash_based_pycs", check)
+    path = make(box, answer=1)
+    py_compile.compile(
+        str(path), cfile=importlib.util.cache_from_source(str(path)), invalidation_mode=mode
+    )
+    assert box.load("mod").ANSWER == 1
+    _same_size_edit_keeping_mtime(path, textwrap.dedent(SOURCE.format(answer=2)).lstrip("\n"))
+    answer = reload(box).ANSWER
+    assert answer == (2 if noticed else 1)
+    assert [entry["cached"] for entry in box.rewrites()] == [False, not noticed]
+
+
+def test_a_cache_file_another_user_could_write_is_a_miss(box: Sandbox) -> None:
+    path = make(box)
+    box.load("mod")
+    cached = cache_file(path)
+    assert cached.stat().st_mode & 0o777 == 0o644  # readable as the source is, ours to write
+    cached.chmod(0o666)
+    assert bytecode_cache.read(str(cached), str(path), bytecode_cache.stamp(str(path))) is None
+    assert "__dmlpatch__" in vars(reload(box))
+    assert [entry["cached"] for entry in box.rewrites()] == [False, False]
+    assert cached.stat().st_mode & 0o777 == 0o644  # written anew

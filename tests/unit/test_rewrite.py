@@ -236,6 +236,15 @@ def test_not_device_sites(snippet: str) -> None:
     assert ast.dump(result.tree) == ast.dump(ast.parse(snippet))
 
 
+def test_complex_literals_only_next_to_values() -> None:
+    """Arithmetic of a complex literal with a value may meet a device tensor; with another
+    number it is a Python constant (folded by the compiler, so left as written)."""
+    source = "import torch\nz = x * (y + 1j)\nv = (3.14 + 2.71j, -1 - 2j, 2 * 1j, 1j)\n"
+    assert [(site.kind, site.text) for site in find_sites(source)] == [
+        ("complex_literal", "y + 1j")
+    ]
+
+
 @pytest.mark.parametrize(
     ("snippet", "expected"),
     [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dmlpatch.pinning import pip_config
-from dmlpatch.startup import activation, runner
+from dmlpatch.startup import activation, pth_line, runner
 
 from support import run_python
 
@@ -37,7 +37,7 @@ def test_an_activation_line_with_a_windows_path_is_read_back(
     """The line stores paths as Python literals: backslashes, spaces and quotes survive."""
     monkeypatch.setattr(activation, "site_packages", lambda: tmp_path)
     guard = r"C:\Users\O'Neil Ray\dml env\Lib\site-packages\dmlpatch\startup\bootstrap.py"
-    line = activation._LINE.format(guard=guard, device="dml:1")
+    line = pth_line.line(guard, activation.TARGET, "dml:1")
     activation.pth_path().write_text(line, encoding="utf-8")
     assert activation.configured_device() == "dml:1"
     assert (

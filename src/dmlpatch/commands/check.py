@@ -40,6 +40,7 @@ options:
   --json FILE       also write the table and verdict as JSON (for CI)
   --verify          run every device operator on the CPU too; report the first that differs
   --scope SCOPE     where CUDA sites are rewritten: all (default), project, specs
+  --report[=FILE]   at exit, print (or write) dmlpatch's JSON report, as the runner does
   -v, --verbose     say what is patched
 
 exit status: 0 when the program would run on DirectML; 1 when DirectML would stop it,
@@ -64,83 +65,38 @@ class Row(NamedTuple):
 
 class Outcome(NamedTuple):
     exit_code: int
-    status: str  # runs | fails | diverges | error | cpu
+    status: str  # runs | fails | diverges | error | cpu | interrupted
     verdict: str
     #: The catalogue entry of the failure that stopped the program (dmlpatch.gaps.catalogue).
     known_failure: Optional[str] = None
 
 
-class _Options(NamedTuple):
-    device: str
-    profile: Optional[str]
-    json: Optional[str]
-    verify: bool
-    rest: list[str]
-
-
-def _parse(arguments: list[str]) -> _Options:
-    device, profile, destination, verify = "sim", None, None, False
-    passed: list[str] = []
-    index = 0
-    while index < len(arguments):
-        argument = arguments[index]
-        name, eq, value = argument.partition("=")
-        if name in ("--device", "-d", "--profile", "--json"):
-            if not eq:
-                if index + 1 >= len(arguments):
-                    raise UsageError(f"{name} needs a value; see dmlpatch check --help")
-                value = arguments[index + 1]
-                index += 1
-            if name == "--profile":
-                profile = value
-            elif name == "--json":
-                destination = value
-            else:
-                device = value
-            index += 1
-        elif argument == "--verify":
-            verify = True
-            index += 1
-        elif argument in ("-v", "--verbose") or argument.startswith("--scope="):
-            passed.append(argument)
-            index += 1
-        elif argument == "--scope":
-            passed.extend(arguments[index : index + 2])
-            index += 2
-        else:
-            break
-    if device not in ("sim", "dml") and not re.match(r"^(sim|dml):\d+$", device):
-        raise UsageError(f"dmlpatch check runs on sim or dml, not {device!r}")
-    if profile is not None and not device.startswith("sim"):
-        raise UsageError("--profile chooses a simulated DirectML release; it needs --device sim")
-    return _Options(device, profile, destination, verify, passed + arguments[index:])
-
-
 def main(arguments: list[str]) -> int:
-    """The ``dmlpatch check`` command."""
-    if arguments[:1] in (["-h"], ["--help"]):
+    """The ``dmlpatch check`` command: the runner's path (``launch.run_program``) with a
+    :class:`_Judge` that counts while the program runs and gives the verdict after."""
+    from dmlpatch.startup import launch
+
+    options = launch.parse_options(arguments, launch.CHECK_OPTIONS, command="dmlpatch check")
+    if options.help:
         sys.stdout.write(USAGE)
         return 0
-    from dmlpatch.startup import launch, runner
-
-    chosen = _parse(arguments)
-    options = launch.parse_options(chosen.rest)
-    options.device = chosen.device
+    device = options.device or "sim"
+    if device not in ("sim", "dml") and not re.match(r"^(sim|dml):\d+$", device):
+        raise UsageError(f"dmlpatch check runs on sim or dml, not {device!r}")
+    if options.profile is not None and not device.startswith("sim"):
+        raise UsageError("--profile chooses a simulated DirectML release; it needs --device sim")
+    options.device = device
     if options.module is None and not options.rest:
         raise UsageError("dmlpatch check needs a program: dmlpatch check script.py [args...]")
-    if options.module is not None:
-        runner.check_module(options.module)
-    else:
-        runner.check_path(options.rest[0])
-    if chosen.json:
+    if options.json:
         from dmlpatch import report
 
-        report.check_destination(chosen.json)
-    if chosen.profile is not None:
+        report.check_destination(options.json)
+    if options.profile is not None:
         from dmlpatch.gaps import profiles
 
-        profiles.resolve(chosen.profile)  # one-line error for an unknown name
-        os.environ[profiles.PROFILE_ENV] = chosen.profile
+        profiles.resolve(options.profile)  # one-line error for an unknown name
+        os.environ[profiles.PROFILE_ENV] = options.profile
     os.environ["DMLPATCH_TRACE"] = "1"  # first-call stacks from the simulated device
     from dmlpatch.patching import engine
 
@@ -148,59 +104,49 @@ def main(arguments: list[str]) -> int:
     from dmlpatch.placement import session
 
     session.by_operators()
-    launch.prepare(options)
-    return _check(options, chosen)
+    return launch.run_program(options, console_script=False, judge=_Judge(options))
 
 
-def _check(options: Any, chosen: _Options) -> int:
-    from dmlpatch.devices import resolution
-    from dmlpatch.startup import runner
+class _Judge:
+    """Counts what the program runs (operators, copies, placement), then says whether it would
+    run on DirectML: the table, the verdict and ``--json``."""
 
-    selected = resolution.current()
-    backend = selected.backend
-    profile, observer, shadow = _start(backend, chosen.verify)
-    from dmlpatch.placement import operators
+    def __init__(self, options: Any) -> None:
+        self.options = options
 
-    placement = operators.Counter(_serving(backend, profile, observer))
-    placement.__enter__()
-    tracing = operators.traces_unobserved()
-    tracing.__enter__()
-    error: Optional[BaseException] = None
-    program_code = 0
-    program_file = None if options.module else os.path.abspath(options.rest[0])
-    try:
-        if options.module is not None:
-            runner.run_module(options.module, options.rest, rewrite=True)
-        else:
-            runner.run_path(options.rest[0], options.rest[1:], rewrite=True)
-    except SystemExit as exit_:
-        program_code = runner.exit_status(exit_.code)
-    except BaseException as caught:  # the program's own failure: reported, then judged
-        error = caught
-    finally:
-        tracing.__exit__(None, None, None)
-        placement.__exit__(None, None, None)
-        if shadow is not None:
-            shadow.__exit__(None, None, None)
-        if observer is not None:
-            observer.__exit__(None, None, None)
-    counters = observer.snapshot() if observer is not None else _sim_counters()
-    rows = table_rows(counters, _first_line(error))
-    from dmlpatch.placement import summary
+    def begin(self) -> None:
+        from dmlpatch.devices import resolution
+        from dmlpatch.placement import operators
 
-    compute = summary.compute(placement.ledger, selected.device, selected.type)
-    if error is not None and not isinstance(error, KeyboardInterrupt):
-        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-        trimmed = runner.program_traceback(error, program_file or main_file)
-        sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
-    divergence = shadow.divergence if shadow is not None else None
-    outcome = judge(rows, counters, error, program_code, divergence, compute)
-    _print(rows, outcome, backend, profile, divergence, counters, compute)
-    if chosen.json and not _write_json(
-        chosen.json, rows, outcome, backend, profile, counters, divergence, compute
-    ):
-        return UsageError.exit_code  # what was asked for is missing: a CI must not read on
-    return outcome.exit_code
+        self.selected = resolution.current()
+        self.profile, self.observer, self.shadow = _start(
+            self.selected.backend, self.options.verify
+        )
+        self.placement = operators.Counter(
+            _serving(self.selected.backend, self.profile, self.observer)
+        )
+        self.tracing = operators.traces_unobserved()
+        self.placement.__enter__()
+        self.tracing.__enter__()
+
+    def end(self, error: Optional[BaseException], code: int) -> int:
+        for context in (self.tracing, self.placement, self.shadow, self.observer):
+            if context is not None:
+                context.__exit__(None, None, None)
+        counters = self.observer.snapshot() if self.observer is not None else _sim_counters()
+        rows = table_rows(counters, _first_line(error))
+        from dmlpatch.placement import summary
+
+        compute = summary.compute(self.placement.ledger, self.selected.device, self.selected.type)
+        divergence = self.shadow.divergence if self.shadow is not None else None
+        outcome = judge(rows, counters, error, code if error is None else 0, divergence, compute)
+        backend = self.selected.backend
+        _print(rows, outcome, backend, self.profile, divergence, counters, compute)
+        if self.options.json and not _write_json(
+            self.options.json, rows, outcome, backend, self.profile, counters, divergence, compute
+        ):
+            return UsageError.exit_code  # what was asked for is missing: a CI must not read on
+        return outcome.exit_code
 
 
 def _start(backend: str, verify: bool) -> tuple[Optional[str], Any, Any]:
@@ -337,6 +283,13 @@ def judge(
             1,
             "diverges",
             f"diverges from the CPU: {divergence.op}{at} ({divergence.detail})",
+        )
+    if isinstance(error, KeyboardInterrupt):
+        return Outcome(
+            130,
+            "interrupted",
+            "interrupted (Ctrl-C) before the program finished: the table "
+            "covers what ran until then",
         )
     if error is not None:
         message = str(error).splitlines()[0] if str(error) else ""

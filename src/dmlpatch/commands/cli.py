@@ -5,10 +5,11 @@ python -m dmlpatch [options] -m module [args...]
 dmlpatch run [options] COMMAND [args...]
 dmlpatch check | activate | deactivate | status | doctor | list | scan | pin | unpin
 
-Running a program (a script, ``-m module``, ``run``) reads dmlpatch's options by hand up to the
-program, because everything after it is the program's (:mod:`dmlpatch.startup.launch`). The
-other commands are argparse subcommands, built only when they are asked for: the runner's
-start-up does not pay for argparse.
+Running a program (a script, ``-m module``, ``run``, ``check``) reads dmlpatch's options up to
+the program with one table-driven parser, because everything after it is the program's
+(:mod:`dmlpatch.startup.launch`); ``--help`` may come anywhere among them. The other commands
+are argparse subcommands, built only when they are asked for: the runner's start-up does not
+pay for argparse.
 """
 
 from __future__ import annotations
@@ -104,14 +105,17 @@ def _dispatch(arguments: list[str]) -> int:
 
         return check.main(arguments[1:])
     if command == "run":
-        if arguments[1:2] in (["-h"], ["--help"]):
+        options = launch.parse_options(arguments[1:], allow_module=False, command="dmlpatch run")
+        if options.help:
             sys.stdout.write(RUN_USAGE)
             return 0
-        options = launch.parse_options(arguments[1:], allow_module=False)
         if not options.rest:
             raise UsageError("dmlpatch run needs a command, e.g. dmlpatch run yolo train ...")
         return launch.run_program(options, console_script=True)
     options = launch.parse_options(arguments)
+    if options.help:
+        sys.stdout.write(USAGE)
+        return 0
     if options.module is None and not options.rest:
         raise UsageError("no script given; usage: python -m dmlpatch [options] script.py [args...]")
     if options.module is None and _looks_like_command(options.rest[0]):
@@ -218,13 +222,11 @@ def _deactivate(arguments: list[str]) -> int:
         "made (a\npin made by dmlpatch pin stays until dmlpatch unpin).",
     )
     _parse(parser, arguments, _takes_only("deactivate", ""))
-    removed = activation.deactivate()
-    if removed is None:
-        log.say(
-            f"not activated in this environment ({activation.pth_path()} absent); nothing to do"
-        )
+    done = activation.deactivate()
+    if done is None:
+        log.say(f"not activated in this environment ({activation.absence()}); nothing to do")
     else:
-        log.say(f"deactivated: removed {removed}")
+        log.say(f"deactivated: {done}")
     lifted = pinning.unpin(origin="activate")  # what activate --pin did
     if lifted is not None:
         log.say(lifted.message)
@@ -264,7 +266,7 @@ def _status(arguments: list[str]) -> int:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return 0
     if device is None:
-        sys.stdout.write(f"dmlpatch {__version__}: not activated ({data['pth']} absent)\n")
+        sys.stdout.write(f"dmlpatch {__version__}: not activated ({activation.absence()})\n")
     elif stale is not None:
         sys.stdout.write(
             f"dmlpatch {__version__}: not active: {data['pth']} {stale}; run dmlpatch activate "
@@ -277,6 +279,10 @@ def _status(arguments: list[str]) -> int:
     sys.stdout.write(pinning.summary() + "\n")
     for problem, fix in pinning.problems():
         sys.stdout.write(f"pin: warning: {problem}" + (f" (fix: {fix})" if fix else "") + "\n")
+    from dmlpatch.patching import specs
+
+    for spec, replacing in specs.local_specs():
+        sys.stdout.write(f"patches: {specs.describe_local(spec, replacing)}\n")
     return 0
 
 

@@ -32,8 +32,29 @@ def run_checks(import_targets: bool = True) -> list[Check]:
     checks = [_python(), *_versions(), _directml(), *_adapters(), _cuda()]
     checks += _excluding_torch()
     checks += _targets(import_targets)
-    checks += [_activation(), _pin(), _cache(), _simulator(), _known_failures()]
+    checks += [_activation(), _pin(), *_local_specs(), _cache(), _simulator(), _known_failures()]
     return checks
+
+
+def _local_specs() -> list[Check]:
+    """The DMLPATCH_PATCHES specs in force (none: no check): their fixes run as dmlpatch's."""
+    from dmlpatch.errors import SpecError
+    from dmlpatch.patching import specs
+
+    try:
+        found = specs.local_specs()
+    except SpecError as error:
+        return [Check("patches", FAIL, str(error), "fix the spec, or unset DMLPATCH_PATCHES")]
+    return [
+        Check(
+            "patches",
+            WARN if replacing else OK,
+            specs.describe_local(spec, replacing),
+            "unset DMLPATCH_PATCHES to use dmlpatch's own" if replacing else None,
+            details={"spec": spec.name, "origin": spec.origin, "replaces": replacing},
+        )
+        for spec, replacing in found
+    ]
 
 
 def platform_name() -> str:
@@ -403,7 +424,7 @@ def _activation() -> Check:
     where = activation.pth_path()
     if device is None:
         return Check(
-            "activation", OK, f"not activated ({where} absent)", details={"pth": str(where)}
+            "activation", OK, f"not activated ({activation.absence()})", details={"pth": str(where)}
         )
     stale = activation.stale()
     if stale is not None:
@@ -443,6 +464,17 @@ def _cache() -> Check:
                 total += os.path.getsize(os.path.join(directory, name))
             except OSError:
                 continue
+    from dmlpatch import trust
+
+    problem = trust.directory_problem(root) if os.path.isdir(root) else None
+    if problem is not None:
+        return Check(
+            "cache",
+            WARN,
+            f"{root} is not used: {problem}, so it could hold another user's code",
+            "set DMLPATCH_CACHE_DIR to a directory of yours that only you can write",
+            details={"path": root, "bytes": total},
+        )
     return Check(
         "cache",
         OK,

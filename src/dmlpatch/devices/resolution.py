@@ -46,14 +46,14 @@ def parse(text: str) -> Spec:
     kind = kind.lower()
     if kind not in _KINDS or (colon and (not selector or _has_space(selector))):
         raise UsageError(f"unknown device spec {text!r}; expected one of: {SPEC_HELP}")
-    kind = "dml" if kind == "privateuseone" else kind
+    typed, kind = kind, "dml" if kind == "privateuseone" else kind
     if not colon:
         return Spec(text, kind)
     if kind in _NO_SELECTOR:
         raise UsageError(f"device spec {text!r}: {kind!r} takes no ':...' part")
     if "," in selector and not _are_indices(selector):
         raise UsageError(
-            f"device spec {text!r}: several adapters are listed by index, e.g. {kind}:0,1"
+            f"device spec {text!r}: several adapters are listed by index, e.g. {typed}:0,1"
         )
     if _are_indices(selector):
         indices = tuple(int(part) for part in selector.split(","))
@@ -62,9 +62,9 @@ def parse(text: str) -> Spec:
         if kind in ("cuda", "xpu") and len(indices) > 1:
             raise UsageError(f"device spec {text!r}: only dml and sim take several adapters")
         return Spec(text, kind, indices)
-    if kind != "dml":
+    if typed != "dml":
         raise UsageError(
-            f"device spec {text!r}: {kind} takes an adapter index such as {kind}:0 "
+            f"device spec {text!r}: {typed} takes an adapter index such as {typed}:0 "
             "(only dml takes an adapter name)"
         )
     return Spec(text, kind, name=selector)
@@ -185,6 +185,13 @@ def when_resolved(listener: Callable[[Resolution], None]) -> None:
             listener(_current)
         else:
             _listeners.append(listener)
+
+
+def forget_when_resolved(listener: Callable[[Resolution], None]) -> None:
+    """Undo :func:`when_resolved` for a resolution not made yet."""
+    with _lock:
+        if listener in _listeners:
+            _listeners.remove(listener)
 
 
 def resolved_or_none() -> Optional[Resolution]:

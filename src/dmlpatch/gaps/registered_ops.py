@@ -139,16 +139,13 @@ def parse_native_functions(text: str) -> OpIndex:
 
 
 def load_index(cache_dir: Path | None) -> OpIndex | None:
-    """The parsed yaml of the running torch, cached as JSON in ``cache_dir`` when given."""
+    """The parsed yaml of the running torch, cached as JSON in ``cache_dir`` when given (a
+    private directory: see dmlpatch.sim.build). A cache that is not this user's, or not what
+    this function writes, is parsed again."""
     cache = cache_dir / "opindex.json" if cache_dir is not None else None
-    if cache is not None and cache.is_file():
-        data = json.loads(cache.read_text("utf-8"))
-        return OpIndex(
-            frozenset(data["names"]),
-            data["delegates"],
-            frozenset(data["implicit"]),
-            frozenset(data["cpu_and_composite"]),
-        )
+    cached = _cached_index(cache) if cache is not None else None
+    if cached is not None:
+        return cached
     path = _yaml_path()
     if path is None:
         return None
@@ -160,13 +157,35 @@ def load_index(cache_dir: Path | None) -> OpIndex | None:
             "implicit": sorted(index.implicit),
             "cpu_and_composite": sorted(index.cpu_and_composite),
         }
-        tmp = cache.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps(data), "utf-8")
-            tmp.replace(cache)
-        except OSError:
-            pass  # a read-only cache only costs the parse next time
+        import contextlib
+
+        from dmlpatch import atomic
+
+        with contextlib.suppress(OSError):  # a read-only cache only costs the parse next time
+            atomic.write(cache, json.dumps(data).encode("utf-8"), mode=0o600)
     return index
+
+
+def _cached_index(cache: Path) -> OpIndex | None:
+    from dmlpatch import trust
+
+    text = trust.read(str(cache))
+    try:
+        data = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    lists = [data.get(key) for key in ("names", "implicit", "cpu_and_composite")]
+    delegates = data.get("delegates")
+    if not all(isinstance(x, list) and all(isinstance(n, str) for n in x) for x in lists):
+        return None
+    if not isinstance(delegates, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in delegates.items()
+    ):
+        return None
+    names, implicit, cpu_and_composite = (frozenset(x) for x in lists)
+    return OpIndex(names, delegates, implicit, cpu_and_composite)
 
 
 def native_set(listed: list[str], index: OpIndex | None) -> set[str]:

@@ -9,7 +9,9 @@ Installing or removing a distribution changes its site directory's mtime, which 
 Each entry is stored as the field values of the record type that reads it back
 (:class:`~dmlpatch.rewriting.hook.ModuleTarget`, :class:`~dmlpatch.patching.wrapping.Fix`, ...),
 and the cache is keyed on those types' field names: a field added, removed or reordered makes an
-old cache a miss instead of a misread.
+old cache a miss instead of a misread. A plan names modules to import and functions to wrap, so
+it is read only from a file this user owns (``dmlpatch.trust``), and every entry is checked
+against its record's field types: a plan damaged in any way is a miss, built again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 
 from dmlpatch._version import __version__
 from dmlpatch.patching.wrapping import Fix
-from dmlpatch.paths import cache_directory, file_tag
+from dmlpatch.paths import cache_subdirectory, file_tag
 from dmlpatch.rewriting.discovery import Leave
 from dmlpatch.rewriting.hook import ModuleTarget
 
@@ -60,6 +62,15 @@ RECORDS = {
     "warnings": SpecWarning,
 }
 
+#: The type of each field of each section's record, in order: what a cached entry must hold.
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "targets": (str, str, int, str, str),
+    "wraps": (str, str, str, str),
+    "aliases": (str, str, str),
+    "leaves": (str, str, str, bool),
+    "warnings": (str, str, str, str),
+}
+
 
 def layout() -> tuple[Any, ...]:
     """What a cached plan must have been written with to be read by this code."""
@@ -69,12 +80,13 @@ def layout() -> tuple[Any, ...]:
 def load() -> dict[str, Any]:
     """The plan for this process: from the cache when nothing it depends on has changed."""
     key, path = _cache_file()
-    cached = _read(path, key)
+    cached = _read(path, key) if path is not None else None
     if cached is not None:
         return cached
     plan = build()
     plan["key"] = key
-    _write(path, plan)
+    if path is not None:
+        _write(path, plan)
     return plan
 
 
@@ -89,7 +101,20 @@ def build() -> dict[str, Any]:
     leaves: list[tuple[Any, ...]] = []
     warnings: list[tuple[Any, ...]] = []
     inputs: list[str] = [entry or "." for entry in sys.path]
-    for spec in specs.load_all():
+    loaded = specs.load_all()
+    replaced = specs.replaced()
+    for spec in loaded:
+        if spec.name in replaced:
+            # A local fix for a stale spec, or anything else: its fixes run as dmlpatch's own.
+            warnings.append(
+                SpecWarning(
+                    key=f"replaced:{spec.name}",
+                    message=specs.describe_local(spec, replaced[spec.name]),
+                    spec=spec.name,
+                    reason=f"replaced by DMLPATCH_PATCHES ({spec.origin})",
+                )
+            )
+    for spec in loaded:
         inputs.append(spec.origin)
         installed = version_of(spec.distribution)
         if installed is None:
@@ -164,7 +189,7 @@ def build() -> dict[str, Any]:
     }
 
 
-def _cache_file() -> tuple[str, str]:
+def _cache_file() -> tuple[str, Optional[str]]:
     key = repr(
         (
             __version__,
@@ -176,7 +201,8 @@ def _cache_file() -> tuple[str, str]:
     )
     # The tag names the file; the key itself is stored and compared, so a collision only misses.
     name = f"{file_tag(key)}.plan"
-    return key, os.path.join(cache_directory(), "plans", name)
+    directory = cache_subdirectory("plans", create=False)
+    return key, os.path.join(directory, name) if directory is not None else None
 
 
 def _stat(path: str) -> list[int]:
@@ -188,28 +214,56 @@ def _stat(path: str) -> list[int]:
 
 
 def _read(path: str, key: str) -> Optional[dict[str, Any]]:
-    try:
-        with open(path, "rb") as stream:
-            plan = marshal.load(stream)
-    except (OSError, ValueError, EOFError, TypeError):
-        return None
-    if not isinstance(plan, dict) or plan.get("layout") != layout() or plan.get("key") != key:
+    from dmlpatch import trust
+
+    data = trust.read(path)
+    if data is None:
         return None
     try:
-        for entry in plan["inputs"]:
-            if _stat(entry[0]) != entry[1:]:
-                return None
-    except (KeyError, TypeError, IndexError):
+        plan = marshal.loads(data)
+    except (ValueError, EOFError, TypeError):
         return None
+    if not _well_formed(plan) or plan.get("layout") != layout() or plan["key"] != key:
+        return None
+    for entry in plan["inputs"]:
+        if _stat(entry[0]) != entry[1:]:
+            return None
     return plan
+
+
+def _well_formed(plan: object) -> bool:
+    """Whether ``plan`` has every section, each entry of its record's length and field types."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("key"), str):
+        return False
+    for section, types in FIELD_TYPES.items():
+        entries = plan.get(section)
+        if not isinstance(entries, list):
+            return False
+        for entry in entries:
+            if not isinstance(entry, tuple) or len(entry) != len(types):
+                return False
+            # bool is an int: an int field must not hold one, a bool field must hold one.
+            if any(type(value) is not kind for value, kind in zip(entry, types)):
+                return False
+    inputs = plan.get("inputs")
+    return isinstance(inputs, list) and all(
+        isinstance(entry, list)
+        and len(entry) == 3
+        and isinstance(entry[0], str)
+        and type(entry[1]) is int
+        and type(entry[2]) is int
+        for entry in inputs
+    )
 
 
 def _write(path: str, plan: dict[str, Any]) -> None:
     """Atomically; a cache that cannot be written is simply not used."""
     from dmlpatch import atomic
 
+    if cache_subdirectory("plans") is None:
+        return
     try:
-        atomic.write(path, marshal.dumps(plan))
+        atomic.write(path, marshal.dumps(plan), mode=0o600)
     except (OSError, ValueError):
         return
     _prune(os.path.dirname(path))

@@ -369,6 +369,7 @@ def load_all() -> list[PatchSpec]:
     local = {str(d) for d in _environment_directories()}
     loaded: dict[str, PatchSpec] = {}
     overridden: set[str] = set()
+    _replaced.clear()
     for pack, directory in _sources():
         specs = _load_directory(pack, directory)
         for spec in specs:
@@ -377,6 +378,7 @@ def load_all() -> list[PatchSpec]:
             if spec.name in loaded:
                 if str(directory) in local and spec.name not in overridden:
                     overridden.add(spec.name)
+                    _replaced[spec.name] = loaded[spec.name].origin
                     loaded[spec.name] = spec
                     continue
                 raise SpecError(
@@ -385,6 +387,39 @@ def load_all() -> list[PatchSpec]:
                 )
             loaded[spec.name] = spec
     return list(loaded.values())
+
+
+#: Spec name -> the origin of the built-in or pack spec a DMLPATCH_PATCHES one replaced, as
+#: :func:`load_all` last found them.
+_replaced: dict[str, str] = {}
+
+
+def replaced() -> dict[str, str]:
+    """The specs a ``$DMLPATCH_PATCHES`` spec replaced in the last :func:`load_all`: name ->
+    origin of the one replaced."""
+    return dict(_replaced)
+
+
+def local_specs() -> list[tuple[PatchSpec, Optional[str]]]:
+    """The ``$DMLPATCH_PATCHES`` specs in force, each with the origin of the spec it replaces
+    (None: a name of its own), for ``status`` and ``doctor`` (raises :class:`SpecError`)."""
+    local = {str(d) for d in _environment_directories()}
+    if not local:
+        return []
+    specs = load_all()
+    found = [s for s in specs if any(s.origin.startswith(d + os.sep) for d in local)]
+    return [(spec, _replaced.get(spec.name)) for spec in found]
+
+
+def describe_local(spec: PatchSpec, replacing: Optional[str]) -> str:
+    """One line: where a local spec comes from, what it replaces, and what it wraps, which may
+    be any function of any module: its fixes run as dmlpatch's own."""
+    what = f"replaces dmlpatch's own ({replacing})" if replacing else "a spec of its own"
+    wraps = ", ".join(f"{w.target} with {w.fix}" for w in spec.wraps) or "nothing"
+    return (
+        f"patch spec {spec.name!r} from DMLPATCH_PATCHES ({spec.origin}), {what}: it wraps "
+        f"{wraps} and rewrites {len(spec.modules())} module(s)"
+    )
 
 
 def _load_directory(pack: Optional[str], directory: Path) -> list[PatchSpec]:

@@ -24,11 +24,19 @@ when the conflict names a pinned requirement, adds one line after pip's (see
 ``dmlpatch doctor`` say the same.
 
 Besides that ``.pth``, only the site file is written. One the user already has is edited in
-place (see pip_config) and given back byte for byte by ``dmlpatch unpin``. A constraint the
+place (see pip_config), through a symbolic link where it is one, and given back byte for byte by
+``dmlpatch unpin``. A constraint the
 global or user files gave ``pip install`` is carried into the new key, since pip reads one value
 per key. What the pin keeps — the constraints, the site file as it was, what was added — lives
-in ``sys.prefix/dmlpatch-pin/``. A pin made by ``dmlpatch activate --pin`` is lifted by
+in ``sys.prefix/dmlpatch-pin/`` (0755, its files 0644, whatever the umask: pip of every user
+of the environment reads the constraints). ``unpin`` writes what those files say only when they
+are this user's (or root's) and writable by nobody else (``dmlpatch.trust``), and only to this
+environment's site file. A pin made by ``dmlpatch activate --pin`` is lifted by
 ``dmlpatch deactivate`` too.
+
+After ``pip uninstall dmlpatch`` the ``.pth`` line stays silent (it asks whether dmlpatch can
+still be imported) and the constraint stays in force, which keeps torch-directml working; the
+site file's comment and the constraints file's header say how to lift it by hand.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from dmlpatch import _metadata, log
+from dmlpatch import _metadata, log, trust
 from dmlpatch.errors import DmlpatchError
 from dmlpatch.pinning import pip_config
 
@@ -50,12 +58,7 @@ DIRECTORY_NAME = "dmlpatch-pin"
 PTH_NAME = "dmlpatch-pin.pth"
 # Runs at the start of every Python process of the environment and imports something only in
 # pip's (`pip ...` or `python -m pip ...`): a guarded stat, as activation's line.
-_PTH_LINE = (
-    "import os, sys; ('pip' in getattr(sys, 'orig_argv', sys.argv)[1:3] or "
-    "os.path.basename(sys.argv[0] if sys.argv else '').startswith('pip')) and "
-    "os.path.exists({guard!r}) and "
-    "__import__('dmlpatch.pinning.pip_refusal').pinning.pip_refusal.watch({constraints!r})\n"
-)
+_PTH_TARGET = "dmlpatch.pinning.pip_refusal:watch"
 DISTRIBUTION = "torch-directml"
 LIFT = "dmlpatch unpin"
 
@@ -79,8 +82,10 @@ def pth_path() -> Path:
 
 
 def _pth_text() -> str:
+    from dmlpatch.startup import pth_line
+
     guard = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pip_refusal.py")
-    return _PTH_LINE.format(guard=guard, constraints=str(constraints_file()))
+    return pth_line.line(guard, _PTH_TARGET, str(constraints_file()), only_pip=True)
 
 
 class Pins(NamedTuple):
@@ -116,12 +121,51 @@ _RECORDED = {
 
 
 def state() -> Optional[dict[str, Any]]:
-    """What ``pin`` recorded, or None when this environment is not pinned."""
+    """What ``pin`` recorded, or None when this environment is not pinned (to show, not to act
+    on: see :func:`_trusted_state`)."""
     try:
         data = json.loads((directory() / "state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and set(data) >= _RECORDED else None
+
+
+def _trusted_state() -> Optional[dict[str, Any]]:
+    """:func:`state`, from a file only this user (or root) could have written, naming this
+    environment's site file: what ``pin`` and ``unpin`` act on. Raises DmlpatchError otherwise."""
+    content = _read_own(directory() / "state.json")
+    try:
+        data = json.loads(content) if content is not None else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not set(data) >= _RECORDED:
+        return None
+    if data["site_file"] != str(pip_config.site_file()):
+        raise DmlpatchError(
+            f"{directory() / 'state.json'} names {data['site_file']!r}, not this environment's "
+            f"pip configuration file {pip_config.site_file()}; remove {directory()} and "
+            "dmlpatch's constraint line from that file by hand"
+        )
+    return data
+
+
+def _read_own(path: Path) -> Optional[bytes]:
+    """One of the pin's own files: None when absent; DmlpatchError when someone other than
+    this user or root could have written it."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise DmlpatchError(f"cannot read {path}: {error.strerror}") from None
+    with open(descriptor, "rb") as stream:
+        problem = trust.file_problem(os.fstat(descriptor))
+        if problem is not None:
+            raise DmlpatchError(
+                f"{path} {problem}: dmlpatch does not act on it; remove {directory()} and "
+                f"dmlpatch's constraint line from {pip_config.site_file()} by hand"
+            )
+        return stream.read()
 
 
 # -- pin and unpin ------------------------------------------------------------------------------
@@ -145,7 +189,7 @@ def pin(origin: str = "pin") -> Outcome:
             False, f"{DISTRIBUTION} {pins.version} declares no version requirements; nothing to pin"
         )
     site = pip_config.site_file()
-    previous = state()
+    previous = _trusted_state()
     original, _ = _without_pin(previous, site)
     content = _constraints_text(pins)
     outer = pip_config.outer_files()
@@ -179,6 +223,7 @@ def pin(origin: str = "pin") -> Outcome:
     )
     if unchanged:
         return Outcome(False, f"already pinned: {listed} ({site}); undo with: {LIFT}")
+    _make_directory()
     _write(directory() / "state.json", json.dumps(record, indent=2).encode())
     _write(constraints_file(), content.encode())
     if original is not None:
@@ -196,10 +241,10 @@ def pin(origin: str = "pin") -> Outcome:
 
 def unpin(origin: Optional[str] = None) -> Optional[Outcome]:
     """Give the site file back as it was; None when not pinned (or pinned by another origin)."""
-    recorded = state()
+    recorded = _trusted_state()
     if recorded is None or (origin is not None and recorded.get("origin") != origin):
         return None
-    site = Path(recorded["site_file"])
+    site = pip_config.site_file()
     content, how = _without_pin(recorded, site)
     if how == RESTORED:
         _write(site, content or b"", recorded["mode"])
@@ -367,7 +412,8 @@ def _constraints_text(pins: Pins) -> str:
         "# `import torch_directml` fail with 'undefined symbol'. Every pip install in this\n"
         "# environment keeps them. A library that needs another torch fails to install with\n"
         f"# pip's 'The user requested (constraint) {pins.requirements[0]}': install a release of\n"
-        f"# it that works with {pins.requirements[0]}, or lift the pin with `{LIFT}`.\n"
+        f"# it that works with {pins.requirements[0]}, or lift the pin with `{LIFT}`. Without\n"
+        f"# dmlpatch: delete the constraint line it added to {pip_config.site_file()}.\n"
         + "".join(f"{requirement}\n" for requirement in pins.requirements)
     )
 
@@ -387,7 +433,7 @@ def _without_pin(
     if recorded is None:
         return current, None
     as_pinned = current is not None and hashlib.sha256(current).hexdigest() == recorded["sha256"]
-    before = _read(directory() / "site-file-before-pin") if recorded["existed"] else None
+    before = _read_own(directory() / "site-file-before-pin") if recorded["existed"] else None
     if as_pinned and not recorded["existed"]:
         return None, CREATED
     if as_pinned and before is not None:
@@ -426,10 +472,37 @@ def _mode(path: Path) -> Optional[int]:
         return None
 
 
+def _make_directory() -> None:
+    """``dmlpatch-pin/``, 0755 whatever the umask; one that another user could write to is
+    not written into."""
+    path = directory()
+    try:
+        path.mkdir(mode=0o755)
+    except FileExistsError:
+        problem = trust.entry_problem(str(path))
+        if problem is not None:
+            raise DmlpatchError(
+                f"{problem}: dmlpatch pin does not write there; remove it, or fix its owner "
+                "and mode"
+            ) from None
+        return
+    except OSError as error:
+        raise DmlpatchError(
+            f"cannot write to {path}: {error.strerror}; dmlpatch pin writes only in this "
+            f"environment ({sys.prefix}), which must be writable"
+        ) from None
+    path.chmod(0o755)
+
+
 def _write(path: Path, content: bytes, mode: Optional[int] = None) -> None:
-    """Atomically (a crash leaves the old file whole, never a torn one), with ``mode`` or 644."""
+    """Atomically (a crash leaves the old file whole, never a torn one), with ``mode`` or 644.
+
+    A symbolic link (a pip.conf kept in a dotfiles repository) stays one: its target is written.
+    """
     from dmlpatch import atomic
 
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     try:
         atomic.write(path, content, mode=0o644 if mode is None else mode, durable=True)
     except OSError as error:

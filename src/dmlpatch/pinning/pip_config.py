@@ -34,7 +34,12 @@ def site_file_name(platform: str = sys.platform) -> str:
 
 SITE_FILE_NAME = site_file_name()
 KEY = "constraint"
-NOTE = "# added by dmlpatch pin; dmlpatch unpin takes it out"
+NOTE = (
+    "# added by dmlpatch pin; dmlpatch unpin takes it out (without dmlpatch: delete this line "
+    "and the constraint below)"
+)
+#: What earlier releases wrote above the constraint: still recognised, to be taken out.
+_NOTES = (NOTE, "# added by dmlpatch pin; dmlpatch unpin takes it out")
 
 _SECTION = re.compile(r"\[(?P<header>.+)\]")  # configparser's SECTCRE, matched on a stripped line
 _OPTION = re.compile(r"(?P<option>.*?)\s*[=:]\s*(?P<value>.*)$")
@@ -269,7 +274,7 @@ def _find(lines: list[str]) -> _Found:
 
 
 def _is_note(lines: list[str], index: int) -> bool:
-    return 0 <= index < len(lines) and lines[index].rstrip("\r\n") == NOTE
+    return 0 <= index < len(lines) and lines[index].rstrip("\r\n") in _NOTES
 
 
 def _split(text: str) -> list[str]:

@@ -21,9 +21,17 @@ import os
 import re
 import sys
 from collections.abc import Iterable
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from dmlpatch.placement import frames
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    # Imported at exit: typing's NamedTuple evaluates a string, which in CPython 3.11 makes an
+    # interrupted program (Ctrl-C) exit 1 instead of by SIGINT.
+    from dmlpatch._tuple import NamedTuple
 
 _EXPLICIT_CPU = re.compile(
     r"""(\.to\(\s*|device\s*=\s*|torch\.device\(\s*|set_default_device\(\s*)(['"])cpu\2"""

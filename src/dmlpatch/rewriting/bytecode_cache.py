@@ -7,16 +7,23 @@ a hash of everything else the rewritten code depends on (the spec's fingerprint,
 site count, the interpreter's ``-O`` level), so neither CPython nor another dmlpatch version
 ever reads it. The model is pytest's assertion rewriter:
 
-- a file is valid for one source ``(mtime_ns, size)`` and is rebuilt when either changes;
+- a file is valid for one source ``(mtime_ns, size)`` and is rebuilt when either changes, or,
+  where python checks this source's bytecode by hash, for one source hash
+  (``dmlpatch.rewriting.freshness``);
 - writes go to a temporary file in the same directory, then ``os.replace``: a reader sees the
   old file or the new one, never half of one, even with concurrent processes;
 - anything unreadable, truncated or from another format is a miss, and is rebuilt;
+- so is a file another user could have written (``dmlpatch.trust``): it must belong to this
+  user, root or the source's owner, and be writable by nobody else. It is written readable by
+  whoever can read the source (as python's own) and writable by its owner only, whatever the
+  umask. ``__pycache__`` is python's directory: made as python makes it, its files checked one by
+  one on the open descriptor;
 - an unwritable location (read-only tree, ``sys.pycache_prefix`` under a file) or
   ``sys.dont_write_bytecode`` only means the module is rewritten again next time.
 
-Layout: ``MAGIC_NUMBER`` (4 bytes) | ``b"dml1"`` | source ``mtime_ns`` (8) | source size (8) |
-``marshal.dumps((sites, code))`` with ``sites`` as ``(line, col, kind, text)`` tuples, so a warm
-import knows what was rewritten without parsing.
+Layout: ``MAGIC_NUMBER`` (4 bytes) | ``b"dml2"`` | source ``mtime_ns`` (8) | source size (8) |
+source hash (8) | ``marshal.dumps((sites, code))`` with ``sites`` as ``(line, col, kind, text)``
+tuples, so a warm import knows what was rewritten without parsing.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ from dmlpatch._version import __version__
 from dmlpatch.rewriting.hook import GENERATION
 from dmlpatch.rewriting.sites import Site
 
-_FORMAT = b"dml1"
-_HEADER_SIZE = 24
+_FORMAT = b"dml2"
+_HEADER_SIZE = 32
 _MASK = (1 << 64) - 1
 
 #: ``(st_mtime_ns, st_size)`` of a source file.
@@ -68,19 +75,30 @@ def stamp(source_path: str) -> Stamp:
 
 
 def read(
-    cache_path: str, source_path: str, source_stamp: Stamp
+    cache_path: str,
+    source_path: str,
+    source_stamp: Stamp,
+    source_hash: Optional[bytes] = None,
+    source_owner: Optional[int] = None,
 ) -> Optional[tuple[types.CodeType, list[Site]]]:
-    """The cached code and sites, or None when missing, stale, foreign or damaged."""
-    try:
-        with open(cache_path, "rb") as handle:
-            data = handle.read()
-    except OSError:
+    """The cached code and sites, or None when missing, stale, foreign, damaged or untrusted.
+
+    ``source_hash`` given: valid for that source hash whatever the stamp (python's checked
+    hash-based pycs); else for ``source_stamp``.
+    """
+    from dmlpatch import trust
+
+    data = trust.read(cache_path, also=source_owner)
+    if data is None or data[:8] != MAGIC_NUMBER + _FORMAT or len(data) < _HEADER_SIZE:
         return None
-    if data[:8] != MAGIC_NUMBER + _FORMAT or data[8:_HEADER_SIZE] != _pack(source_stamp):
+    if source_hash is not None:
+        if data[24:_HEADER_SIZE] != source_hash:
+            return None
+    elif data[8:24] != _pack(source_stamp):
         return None
     try:
         sites, code = marshal.loads(data[_HEADER_SIZE:])
-        entries = [Site(*entry) for entry in sites]
+        entries = [_site(entry) for entry in sites]
     except (EOFError, ValueError, TypeError):  # truncated or garbage marshal data
         return None
     # A tree moved together with its __pycache__ would report the old path in tracebacks.
@@ -89,14 +107,39 @@ def read(
     return code, entries
 
 
-def write(cache_path: str, source_stamp: Stamp, code: types.CodeType, sites: list[Site]) -> bool:
-    """Store atomically; False (and nothing left behind) when the location is not writable."""
+def _site(entry: object) -> Site:
+    """A stored site, or TypeError when it is not one."""
+    if (
+        not isinstance(entry, tuple)
+        or len(entry) != 4
+        or type(entry[0]) is not int
+        or type(entry[1]) is not int
+        or not isinstance(entry[2], str)
+        or not isinstance(entry[3], str)
+    ):
+        raise TypeError("not a stored site")
+    return Site(*entry)
+
+
+def write(
+    cache_path: str,
+    source_stamp: Stamp,
+    source_hash: bytes,
+    code: types.CodeType,
+    sites: list[Site],
+    source_mode: int = 0o600,
+) -> bool:
+    """Store atomically; False (and nothing left behind) when the location is not writable.
+
+    Readable by whoever can read the source (``source_mode``), writable by its owner only.
+    """
     from dmlpatch import atomic
 
     payload = tuple((s.line, s.col, s.kind, s.text) for s in sites)
-    data = MAGIC_NUMBER + _FORMAT + _pack(source_stamp) + marshal.dumps((payload, code))
+    header = MAGIC_NUMBER + _FORMAT + _pack(source_stamp) + source_hash[:8].ljust(8, b"\0")
+    data = header + marshal.dumps((payload, code))
     try:
-        atomic.write(cache_path, data)
+        atomic.write(cache_path, data, mode=(source_mode & 0o644) | 0o600)
     except OSError:
         return False  # disk full, or on Windows a reader holding the old file: keep the old one
     return True

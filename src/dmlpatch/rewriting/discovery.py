@@ -15,8 +15,11 @@ Cost. Whether a module is in scope is told from its name and path, without I/O. 
 sites is a :class:`Verdict` computed once per version of its source: a source without any of
 the words a site holds (``hook.may_have_sites``) is never parsed, and verdicts are kept in one
 index file per top-level package under ``<cache>/discovery``, each valid for one
-``(mtime_ns, size)`` of its source. A warm process pays one ``stat`` per module in scope; new
-verdicts are written once, at exit.
+``(mtime_ns, size)`` of its source, and for one source hash where python checks that module's
+bytecode by hash (``dmlpatch.rewriting.freshness``). A warm process pays one ``stat`` per
+module in scope and one read of the ``.pyc`` header; new verdicts are written once, at exit.
+An index is read only from a file of this user's (``dmlpatch.trust``), and an entry of any
+other shape than the one written is a miss.
 
 First do no harm, per function. A function whose sites would say "CUDA is available" but which
 also uses a ``torch.cuda`` name the runtime does not answer (``jiterator``, ``nccl``...) would
@@ -35,8 +38,9 @@ import marshal
 import os
 import sys
 
-from dmlpatch.paths import cache_directory, file_tag
+from dmlpatch.paths import cache_subdirectory, file_tag
 from dmlpatch.report import DISCOVERED
+from dmlpatch.rewriting import freshness
 from dmlpatch.rewriting.hook import GENERATION, may_have_sites
 
 TYPE_CHECKING = False
@@ -65,7 +69,7 @@ NEVER = frozenset(
 )
 
 #: The index format: verdicts are valid for one generation of the rewriter's rules.
-_FORMAT = (1, GENERATION)
+_FORMAT = (2, GENERATION)
 #: Index files kept: one per top-level package and place, so a few hundred cover many
 #: environments; older ones (deleted trees, old environments) are pruned.
 _KEEP = 512
@@ -203,27 +207,32 @@ class Discovery:
                 index = self._indexes.get(key)
                 if index is None:
                     name = f"{top[:40]}-{file_tag(key)}.idx"
-                    index = _Index(os.path.join(cache_directory(), "discovery", name))
+                    directory = cache_subdirectory("discovery", create=False)
+                    index = _Index(os.path.join(directory, name) if directory else None)
                     self._indexes[key] = index
         self._directories[(directory, top)] = index
         return index
 
     @staticmethod
     def _examine(index: _Index, origin: str, stamp: tuple[int, int]) -> Verdict:
-        verdict = _examine(origin)
-        if verdict is None:
+        source = _source(origin)
+        if source is None:
             return Verdict(0, ())
-        index.put(origin, stamp, verdict)
+        verdict = _examine(source, origin)
+        index.put(origin, stamp, freshness.source_hash(source), verdict)
         return verdict
 
 
-def _examine(origin: str) -> Optional[Verdict]:
-    """Read and, only when it may hold sites, parse a source: the verdict for its current text."""
+def _source(origin: str) -> Optional[bytes]:
     try:
         with open(origin, "rb") as stream:
-            source = stream.read()
+            return stream.read()
     except OSError:
         return None
+
+
+def _examine(source: bytes, origin: str) -> Verdict:
+    """The verdict for ``source``, parsed only when it may hold sites."""
     if not may_have_sites(source):
         return Verdict(0, ())
     from dmlpatch.rewriting.sites import rewrite
@@ -300,14 +309,18 @@ def _keep_as_written(fullname: str, kept: tuple[tuple[str, tuple[str, ...]], ...
         )
 
 
-#: An index entry: the source's ``(mtime_ns, size)``, then its verdict's fields.
-_Entry = tuple[int, int, int, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]
+#: One verdict as an index stores it: the source's ``mtime_ns``, size and hash, then the
+#: verdict's sites, unanswered names and the functions kept as written.
+_Entry = tuple  # (int, int, bytes, int, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...])
 
 
 class _Index:
-    """Verdicts of one top-level package's sources, by path; read lazily, written at exit."""
+    """Verdicts of one top-level package's sources, by path; read lazily, written at exit.
 
-    def __init__(self, path: str) -> None:
+    ``path`` None: the cache cannot be used, so verdicts live for this process only.
+    """
+
+    def __init__(self, path: Optional[str]) -> None:
         self.path = path
         self._entries: Optional[dict[str, _Entry]] = None
         self._new: dict[str, _Entry] = {}
@@ -316,27 +329,31 @@ class _Index:
     def get(self, origin: str, stamp: tuple[int, int]) -> Optional[Verdict]:
         with self._lock:
             if self._entries is None:
-                self._entries = _read(self.path)
+                self._entries = _read(self.path) if self.path is not None else {}
             entry = self._entries.get(origin)
         if entry is None or (entry[0], entry[1]) != stamp:
             return None
-        return Verdict(entry[2], entry[3], entry[4])
+        if freshness.checks_hash(origin):
+            source = _source(origin)
+            if source is None or freshness.source_hash(source) != entry[2]:
+                return None
+        return Verdict(entry[3], entry[4], entry[5])
 
-    def put(self, origin: str, stamp: tuple[int, int], verdict: Verdict) -> None:
-        entry = (stamp[0], stamp[1], verdict.sites, verdict.unanswered, verdict.kept)
+    def put(self, origin: str, stamp: tuple[int, int], digest: bytes, verdict: Verdict) -> None:
+        entry = (stamp[0], stamp[1], digest, verdict.sites, verdict.unanswered, verdict.kept)
         with self._lock:
             if self._entries is not None:
                 self._entries[origin] = entry
             first = not self._new
             self._new[origin] = entry
-        if first:
+        if first and self.path is not None:
             atexit.register(self.flush)
 
     def flush(self) -> None:
         """Merge the new verdicts into the file, atomically; an unwritable cache is not used."""
         with self._lock:
             new, self._new = self._new, {}
-        if not new:
+        if not new or self.path is None or cache_subdirectory("discovery") is None:
             return
         merged = _read(self.path)
         merged.update(new)
@@ -345,22 +362,55 @@ class _Index:
 
 
 def _read(path: str) -> dict[str, _Entry]:
+    """The index's well-formed entries; a file that is not this user's, or not an index, is
+    empty, and an entry of another shape than :meth:`_Index.put` writes is left out."""
+    from dmlpatch import trust
+
+    data = trust.read(path)
+    if data is None:
+        return {}
     try:
-        with open(path, "rb") as stream:
-            data = marshal.load(stream)
-    except (OSError, EOFError, ValueError, TypeError):
+        loaded = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(data, tuple) or len(data) != 2 or data[0] != _FORMAT:
+    if not isinstance(loaded, tuple) or len(loaded) != 2 or loaded[0] != _FORMAT:
         return {}
-    entries = data[1]
-    return entries if isinstance(entries, dict) else {}
+    entries = loaded[1]
+    if not isinstance(entries, dict):
+        return {}
+    return {key: entry for key, entry in entries.items() if _well_formed(key, entry)}
+
+
+def _well_formed(key: object, entry: object) -> bool:
+    return (
+        isinstance(key, str)
+        and isinstance(entry, tuple)
+        and len(entry) == 6
+        and type(entry[0]) is int
+        and type(entry[1]) is int
+        and isinstance(entry[2], bytes)
+        and type(entry[3]) is int
+        and _names(entry[4])
+        and isinstance(entry[5], tuple)
+        and all(
+            isinstance(kept, tuple)
+            and len(kept) == 2
+            and isinstance(kept[0], str)
+            and _names(kept[1])
+            for kept in entry[5]
+        )
+    )
+
+
+def _names(value: object) -> bool:
+    return isinstance(value, tuple) and all(isinstance(name, str) for name in value)
 
 
 def _write(path: str, entries: dict[str, _Entry]) -> bool:
     from dmlpatch import atomic
 
     try:
-        atomic.write(path, marshal.dumps((_FORMAT, entries)))
+        atomic.write(path, marshal.dumps((_FORMAT, entries)), mode=0o600)
     except (OSError, ValueError):
         return False
     return True

@@ -100,6 +100,17 @@ def when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> 
             sys.meta_path.insert(0, _finder)
 
 
+def forget_when_imported(module: str, callback: Callable[[types.ModuleType], None]) -> None:
+    """Undo :func:`when_imported` for a module not imported yet (one already imported has had
+    its call)."""
+    with _lock:
+        waiting = _watched.get(module, [])
+        if callback in waiting:
+            waiting.remove(callback)
+        if not waiting:
+            _watched.pop(module, None)
+
+
 def discover(discovery: Optional[Discovery], known_unneeded: Callable[[], bool]) -> None:
     """Rewrite modules in ``discovery``'s scope too (None: only targets)."""
     global _discovery, _known_unneeded
@@ -172,8 +183,9 @@ def _has_complex_literal(source: bytes) -> bool:
 #: functions whose names end in device or device_name; 6: CUDA chosen against another device
 #: or by its availability, whatever the name, and torch.load without map_location; 7: per
 #: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
-#: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic).
-GENERATION = 8
+#: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both
+#: sides are numbers).
+GENERATION = 9
 
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:
@@ -307,11 +319,12 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname: str) -> types.CodeType:
         # Imported here, not at the top: the .pth bootstrap imports this module in every
         # process, and only processes that load a target need the rewriter and the cache.
-        from dmlpatch.rewriting import bytecode_cache
+        from dmlpatch.rewriting import bytecode_cache, freshness
 
         source_path = self.get_filename(fullname)
         target = self.target
-        stamp = bytecode_cache.stamp(source_path)
+        status = os.stat(source_path)
+        stamp = (status.st_mtime_ns, status.st_size)
         fingerprint = target.fingerprint
         if self.composer is not None:
             fingerprint = f"{fingerprint}+{self.composer.tag}"
@@ -322,13 +335,25 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
             if self.composer is None or self.composer.tag is not None
             else None
         )
-        hit = bytecode_cache.read(cache_path, source_path, stamp) if cache_path else None
+        source: Optional[bytes] = None
+        checked_hash: Optional[bytes] = None
+        if cache_path is not None and freshness.checks_hash(source_path):
+            source = self.get_data(source_path)
+            checked_hash = freshness.source_hash(source)
+        hit = (
+            bytecode_cache.read(cache_path, source_path, stamp, checked_hash, status.st_uid)
+            if cache_path is not None
+            else None
+        )
         if hit is not None:
             code, sites = hit
         else:
-            code, sites = self._rewrite_and_compile(self.get_data(source_path), source_path)
+            if source is None:
+                source = self.get_data(source_path)
+            code, sites = self._rewrite_and_compile(source, source_path)
             if cache_path is not None and not sys.dont_write_bytecode:
-                bytecode_cache.write(cache_path, stamp, code, sites)
+                source_hash = checked_hash or freshness.source_hash(source)
+                bytecode_cache.write(cache_path, stamp, source_hash, code, sites, status.st_mode)
         _account(target, sites, cached=hit is not None)
         _rewritten.add(fullname)
         return code

@@ -17,7 +17,8 @@ with the program's own exit status, so the original code never runs a line:
   own CUDA sites stay as written.
 
 An uncaught exception prints the program's traceback without dmlpatch's frames and exits 1, as
-python does; ``SystemExit`` and ``KeyboardInterrupt`` pass through.
+python does; ``SystemExit`` passes through, and ``KeyboardInterrupt`` ends the process by SIGINT
+after the program's own traceback.
 """
 
 from __future__ import annotations
@@ -32,18 +33,19 @@ from dmlpatch.rewriting.hook import may_have_sites
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ast
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
 
-def arm_for_activation() -> None:
-    """Called at start-up: rewrite ``sys.argv[0]`` when it turns out to be the main script."""
+def arm_for_activation() -> Callable[[], None]:
+    """Called at start-up: rewrite ``sys.argv[0]`` when it turns out to be the main script.
+    Returns what disarms it (where the script has not started)."""
     argv = getattr(sys, "argv", None)
     if not argv or not argv[0].endswith(".py"):
-        return  # -c, -m (imported, so discovery's), the REPL, or a script without .py
+        return _nothing  # -c, -m (imported, so discovery's), the REPL, or no .py script
     path = os.path.abspath(argv[0])
     source = _read(path)
     if source is None or not may_have_sites(source):
-        return
+        return _nothing
     previous = sys.gettrace()
 
     def first_frame(frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -56,6 +58,16 @@ def arm_for_activation() -> None:
         return None
 
     sys.settrace(first_frame)
+
+    def disarm() -> None:
+        if sys.gettrace() is first_frame:
+            sys.settrace(previous)
+
+    return disarm
+
+
+def _nothing() -> None:
+    """Nothing was armed."""
 
 
 def take_over_from_auto() -> None:
@@ -106,11 +118,18 @@ def _run_instead(namespace: dict[str, Any], source: bytes, path: str) -> None:
         spawn_main.remember_path(path)
     try:
         exec(code, namespace)
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:
         raise
     except BaseException as error:
         trimmed = runner.program_traceback(error, path)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+        if isinstance(error, KeyboardInterrupt):
+            # Python ends an interrupted program by SIGINT once it has shut down; it does so
+            # for this one, whose traceback (the program's frames only) is printed already.
+            from dmlpatch.startup import launch
+
+            sys.excepthook = launch.printed_already
+            raise
         raise SystemExit(1) from None
     raise SystemExit(0)
 

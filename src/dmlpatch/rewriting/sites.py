@@ -497,6 +497,8 @@ class _Transformer:
             return node
         if not (_complex_literal(node.left) or _complex_literal(node.right)):
             return node
+        if _number(node.left) and _number(node.right):
+            return node  # 3.14 + 2.71j is a Python number, folded into one constant
         self._site(node, "complex_literal")
         args = [_located(ast.Constant(symbol), node), node.left, node.right]
         return _runtime_call("with_complex", args, node)
@@ -934,6 +936,17 @@ def _complex_literal(node: ast.expr) -> bool:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         node = node.operand
     return isinstance(node, ast.Constant) and isinstance(node.value, complex)
+
+
+def _number(node: ast.expr) -> bool:
+    """A numeric literal, signed or not (``3``, ``-2.5``, ``1j``)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float, complex))
+        and not isinstance(node.value, bool)
+    )
 
 
 def _keyword(node: ast.Call, name: str) -> Optional[ast.keyword]:

@@ -42,10 +42,25 @@ def install() -> None:
         hook.when_imported("multiprocessing.spawn", _patch)
 
 
+def uninstall() -> None:
+    """Undo :func:`install`: multiprocessing's own fix-up steps again."""
+    hook.forget_when_imported("multiprocessing.spawn", _patch)
+    spawn = sys.modules.get("multiprocessing.spawn")
+    for name, original in _originals.items():
+        if spawn is not None:
+            setattr(spawn, name, original)
+    _originals.clear()
+
+
+#: multiprocessing.spawn's functions this module replaced, by name.
+_originals: dict[str, Callable[[str], None]] = {}
+
+
 def _patch(spawn: Any) -> None:
     wanted = os.environ.get(MAIN_VAR, "")
     from_path: Callable[[str], None] = spawn._fixup_main_from_path
     from_name: Callable[[str], None] = spawn._fixup_main_from_name
+    _originals.update(_fixup_main_from_path=from_path, _fixup_main_from_name=from_name)
 
     def fixup_main_from_path(main_path: str) -> None:
         if wanted != _PATH + os.path.normpath(os.path.abspath(main_path)):

@@ -2,14 +2,25 @@
 
 The extension is compiled with ``torch.utils.cpp_extension`` into
 ``cache_root()/sim/torch-<version>-<source hash>/``. A finished build is marked by a file
-written last, so a warm start only calls ``torch.ops.load_library`` (milliseconds, no ninja).
+written last, which records the library's size and SHA-256, so a warm start reads the library
+once to check it and calls ``torch.ops.load_library`` (milliseconds, no ninja). A library that
+does not match (truncated: the dynamic loader would die of SIGBUS; deleted; altered) is built
+again, from scratch.
 Concurrent first builds are serialised with ``filelock`` (a torch dependency): an OS lock on
 every platform, which dies with its process, so a killed build never leaves others waiting.
+
+The dynamic loader runs whatever library it is given, so the build directory, its ancestors and
+its files must be this user's and writable by nobody else (``dmlpatch.trust``): created 0700,
+files made 0600 once built. Where the cache cannot be written, the build goes to
+``$TMPDIR/dmlpatch-sim-<uid>``, which must then be this user's own; one that is not (another
+user's, planted where the name is predictable) is not used, and the device is unavailable with
+one line saying why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -19,10 +30,11 @@ import sys
 import tempfile
 from importlib import machinery, resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+from dmlpatch import trust
 from dmlpatch.errors import DeviceUnavailable
-from dmlpatch.paths import cache_root
+from dmlpatch.paths import cache_subdirectory
 
 EXT_NAME = "dmlpatch_sim_ext"
 _DONE = "complete"
@@ -60,6 +72,7 @@ def buildable() -> tuple[bool, str]:
     return True, f"C++ compiler {found}"
 
 
+@functools.cache
 def _key() -> str:
     import torch
 
@@ -74,7 +87,6 @@ def _key() -> str:
 
 def _writable(path: Path) -> bool:
     try:
-        path.mkdir(parents=True, exist_ok=True)
         probe = path / f".probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -83,23 +95,41 @@ def _writable(path: Path) -> bool:
     return True
 
 
+def _private(path: Path) -> Optional[str]:
+    """Create ``path`` private (or find it so); why it cannot hold the build, or None."""
+    try:
+        return trust.make_directory(str(path))
+    except OSError as error:
+        if not path.is_dir():
+            return f"{path} cannot be created ({error.strerror})"
+        return trust.directory_problem(str(path))  # a read-only cache may hold a finished build
+
+
 def build_dir() -> Path:
     """Where this torch + these sources build; a temporary directory if the cache is read-only."""
     global _warned_fallback_dir
     key = _key()
-    preferred = cache_root() / "sim" / key
-    if _writable(preferred) or (preferred / _DONE).is_file():
-        return preferred
+    sim = cache_subdirectory("sim")
+    if sim is not None:
+        preferred = Path(sim) / key
+        if _private(preferred) is None and (_writable(preferred) or verified(preferred)):
+            return preferred
     user = os.getuid() if hasattr(os, "getuid") else os.getpid()
-    fallback = Path(tempfile.gettempdir()) / f"dmlpatch-sim-{user}" / key
-    if not _writable(fallback):
+    own = Path(tempfile.gettempdir()) / f"dmlpatch-sim-{user}"
+    fallback = own / key
+    problem = _private(own) or _private(fallback)
+    if problem is not None:
         raise DeviceUnavailable(
-            f"cannot write the simulated device's build directory ({preferred} or {fallback})"
+            f"the simulated device's build directory {own} is not used: {problem}; set "
+            "DMLPATCH_CACHE_DIR to a directory of yours that only you can write"
         )
+    if not _writable(fallback):
+        raise DeviceUnavailable(f"cannot write the simulated device's build directory ({fallback})")
     if not _warned_fallback_dir:
         _warned_fallback_dir = True
+        where = Path(sim).parent if sim is not None else "the cache directory"
         print(
-            f"dmlpatch: cache directory {preferred.parent} is not writable; "
+            f"dmlpatch: cache directory {where} is not writable; "
             f"building the simulated device in {fallback}",
             file=sys.stderr,
         )
@@ -110,10 +140,28 @@ def library_path(directory: Path) -> Path:
     return directory / f"{EXT_NAME}{_LIBRARY_SUFFIX}"
 
 
+def verified(directory: Path) -> bool:
+    """Whether ``directory`` holds a finished build whose library is the one recorded: this
+    user's, writable by nobody else, of the recorded size and SHA-256."""
+    record = trust.read(str(directory / _DONE))
+    if record is None:
+        return False
+    lines = record.decode("utf-8", "replace").split("\n")
+    if len(lines) < 2 or lines[0] != _key() or len(lines[1].split()) != 2:
+        return False
+    size, digest = lines[1].split()
+    library = trust.read(str(library_path(directory)))
+    return (
+        library is not None
+        and str(len(library)) == size
+        and hashlib.sha256(library).hexdigest() == digest
+    )
+
+
 def ensure_built() -> Path:
     """The built extension's path, compiling it first if needed (raises DeviceUnavailable)."""
     directory = build_dir()
-    if (directory / _DONE).is_file() and library_path(directory).is_file():
+    if verified(directory):
         return library_path(directory)
     # The build imports setuptools, which appends its _vendor directory to sys.path: without
     # this, the program would see another sys.path on a cold run than on every later one.
@@ -125,12 +173,36 @@ def ensure_built() -> Path:
         from filelock import FileLock
 
         with FileLock(directory / ".dmlpatch.lock"):
-            if not (directory / _DONE).is_file():
+            if not verified(directory):
+                _clear(directory)
                 _compile(directory)
-                (directory / _DONE).write_text(_key() + "\n", "utf-8")
+                _seal(directory)
     finally:
         sys.path[:] = search_path
     return library_path(directory)
+
+
+def _clear(directory: Path) -> None:
+    """Everything but the lock: ninja would call a truncated library up to date, and an object
+    file damaged with it would be linked again."""
+    for entry in directory.iterdir():
+        if entry.name != ".dmlpatch.lock":
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+
+def _seal(directory: Path) -> None:
+    """Make what the build wrote private, then record the library: the record is written last."""
+    for entry in directory.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            entry.chmod(0o700 if entry == library_path(directory) else trust.PRIVATE_FILE)
+    library = library_path(directory).read_bytes()
+    record = f"{_key()}\n{len(library)} {hashlib.sha256(library).hexdigest()}\n"
+    from dmlpatch import atomic
+
+    atomic.write(directory / _DONE, record.encode("utf-8"), mode=trust.PRIVATE_FILE)
 
 
 def _cpp_extension() -> Any:

@@ -49,6 +49,9 @@ def fallback_warning(name: str) -> str:
     )
 
 
+_PROGRAM_TEXT = frozenset({"<string>", "<stdin>"})
+
+
 def _internal(filename: str) -> bool:
     return any(part in filename for part in _INTERNAL)
 
@@ -61,7 +64,13 @@ def _notify(anchor: torch.Tensor, name: str, warn: bool, trace: str) -> None:
         # outside torch and dmlpatch (whose dispatch modes and fixes may be in between).
         # On autograd's worker threads there may be no Python caller at all.
         level, frame = 1, sys._getframe(0).f_back
-        while frame is not None and frames.internal(frame.f_code.co_filename):
+        # Code given to python -c, exec() or stdin is the program's, though frames.internal
+        # counts every made-up file name as nobody's line.
+        while (
+            frame is not None
+            and frame.f_code.co_filename not in _PROGRAM_TEXT
+            and (frames.internal(frame.f_code.co_filename))
+        ):
             level, frame = level + 1, frame.f_back
         warnings.warn(fallback_warning(name), UserWarning, stacklevel=level + 1 if frame else 1)
     if trace:

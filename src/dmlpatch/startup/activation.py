@@ -1,32 +1,33 @@
 """``dmlpatch activate``: a ``.pth`` file that starts dmlpatch in every process of this environment.
 
 The model is coverage.py's ``process_startup``: site.py executes ``import`` lines of ``.pth``
-files at interpreter start. Ours imports nothing unless dmlpatch is still installed, stores the
-device as a string literal (read back with ``ast.literal_eval``, never executed by us), and is
-written atomically. No other file in site-packages is touched.
+files at interpreter start. Ours (``dmlpatch.startup.pth_line``) imports nothing unless dmlpatch
+is still installed and says nothing once it is gone, stores the device as a string literal (read
+back with ``ast.literal_eval``, never executed by us), and is written atomically. Other lines in
+the file (a user's, another tool's) are kept by ``activate`` and ``deactivate``. No other file in
+site-packages is touched.
 """
 
 from __future__ import annotations
 
-import ast
 import os
-import re
 import sysconfig
 from pathlib import Path
 from typing import Optional
 
 from dmlpatch.devices import resolution
 from dmlpatch.errors import DmlpatchError
+from dmlpatch.startup import pth_line
 
 PTH_NAME = "dmlpatch-activate.pth"
-# Guarded by the path of dmlpatch's own bootstrap, so an uninstalled dmlpatch costs one stat()
-# and no error; importlib.util.find_spec would cost every process ~3 ms more.
-_LINE = (
-    "import os; os.environ.get('DMLPATCH_DISABLE') != '1' and os.path.exists({guard!r}) and "
-    "__import__('dmlpatch.startup.bootstrap').startup.bootstrap.startup({device!r})\n"
-)
-_DEVICE_IN_LINE = re.compile(r"startup\((?P<literal>'[^\n]*'|\"[^\n]*\")\)\s*$")
-_GUARD_IN_LINE = re.compile(r"os\.path\.exists\((?P<literal>'[^']*'|\"[^\"]*\")\)")
+TARGET = "dmlpatch.startup.bootstrap:startup"
+
+
+def line(device: str) -> str:
+    """The start-up line for ``device``, guarded by the path of dmlpatch's own bootstrap, so an
+    uninstalled dmlpatch costs one stat() (importlib.util.find_spec would cost ~3 ms)."""
+    guard = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
+    return pth_line.line(guard, TARGET, device)
 
 
 def site_packages() -> Path:
@@ -38,41 +39,60 @@ def pth_path() -> Path:
     return site_packages() / PTH_NAME
 
 
+def _read() -> tuple[Optional[str], list[str]]:
+    """Our line in the ``.pth`` (None: not there) and the file's other lines."""
+    try:
+        content = pth_path().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None, []
+    return pth_line.split(content, TARGET)
+
+
 def activate(device: str = "auto") -> tuple[Path, bool]:
-    """Write (or rewrite) the ``.pth``; returns its path and whether anything changed."""
+    """Write (or rewrite) our line in the ``.pth``; returns its path and whether anything
+    changed. The file's other lines stay."""
     resolution.parse(device)
     path = pth_path()
-    guard = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
-    content = _LINE.format(device=device, guard=guard)
-    if path.is_file() and path.read_text(encoding="utf-8") == content:
+    ours, others = _read()
+    if others and not others[-1].endswith("\n"):
+        others[-1] += "\n"
+    content = "".join([*others, line(device)])
+    if ours is not None and path.read_text(encoding="utf-8") == content:
         return path, False
     _write_atomically(path, content)
     return path, True
 
 
-def deactivate() -> Optional[Path]:
-    """Remove the ``.pth``; returns its path, or None when there was none."""
+def deactivate() -> Optional[str]:
+    """Take our line out of the ``.pth`` (the file goes with it when nothing else is in it);
+    returns what was done, in words, or None when there was no line of ours."""
     path = pth_path()
+    ours, others = _read()
+    if ours is None:
+        return None
+    if any(text.strip() for text in others):
+        _write_atomically(path, "".join(others))
+        return f"took dmlpatch's line out of {path} (its other lines stay)"
     try:
         path.unlink()
     except FileNotFoundError:
         return None
     except OSError as error:
         raise DmlpatchError(f"cannot remove {path}: {error.strerror}") from None
-    return path
+    return f"removed {path}"
+
+
+def absence() -> str:
+    """Why this environment is not activated, in a few words: the ``.pth`` is absent, or holds
+    no line of dmlpatch's."""
+    path = pth_path()
+    return f"no line of dmlpatch's in {path}" if path.exists() else f"{path} absent"
 
 
 def configured_device() -> Optional[str]:
     """The device the ``.pth`` starts processes with, or None when not activated."""
-    try:
-        line = pth_path().read_text(encoding="utf-8")
-    except OSError:
-        return None
-    match = _DEVICE_IN_LINE.search(line)
-    if match is None:
-        return None
-    value = ast.literal_eval(match.group("literal"))
-    return value if isinstance(value, str) else None
+    ours, _ = _read()
+    return pth_line.argument(ours) if ours is not None else None
 
 
 def stale() -> Optional[str]:
@@ -81,13 +101,11 @@ def stale() -> Optional[str]:
     Its line starts dmlpatch only while the bootstrap file it names exists: after dmlpatch is
     upgraded to a layout where that file moved, or uninstalled, every process runs unpatched.
     """
-    try:
-        line = pth_path().read_text(encoding="utf-8")
-    except OSError:
-        return None
-    match = _GUARD_IN_LINE.search(line)
-    guard = ast.literal_eval(match.group("literal")) if match else None
-    if not isinstance(guard, str):
+    ours, others = _read()
+    if ours is None:
+        return "is not a line dmlpatch activate writes" if others else None
+    guard = pth_line.guard(ours)
+    if guard is None:
         return "is not a line dmlpatch activate writes"
     if os.path.exists(guard):
         return None

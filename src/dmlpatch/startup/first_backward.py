@@ -67,3 +67,17 @@ def arm(torch: Any) -> None:
         engine = holder._execution_engine
         if not isinstance(engine, _FirstBackward):
             holder._execution_engine = _FirstBackward(holder, engine)
+
+
+def disarm() -> None:
+    """Undo :func:`arm` where the first backward pass has not come yet."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    holder = torch.autograd.variable.Variable
+    with _lock:
+        engine = holder._execution_engine
+        if isinstance(engine, _FirstBackward):
+            holder._execution_engine = engine._engine

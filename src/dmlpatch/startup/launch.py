@@ -18,11 +18,43 @@ from dmlpatch.errors import DmlpatchError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import NamedTuple, Optional, Protocol
+else:
+    from dmlpatch._tuple import NamedTuple
 
-    from dmlpatch.devices.resolution import Resolution
+    Protocol = object
 
-CHILD_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child")
+
+#: How an option takes its value: ``--device sim`` / ``--device=sim``; ``--verify``;
+#: ``--report`` or ``--report=FILE``.
+VALUE, FLAG, OPTIONAL_VALUE = "value", "flag", "optional value"
+
+
+class Option(NamedTuple):
+    """One of dmlpatch's options before the program: its names, the :class:`Options` field it
+    sets, how it takes a value and the one-line error when the value is missing."""
+
+    names: tuple[str, ...]
+    field: str
+    takes: str
+    missing: str = ""
+
+
+#: The runner's options (``python -m dmlpatch``, ``dmlpatch run``).
+RUNNER_OPTIONS = (
+    Option(("--device", "-d"), "device", VALUE, "{name} needs a value, e.g. {name} sim"),
+    Option(("--scope",), "scope", VALUE, "--scope needs a value: all, project or specs"),
+    Option(("--bf16",), "bf16", VALUE, "--bf16 needs a value: float32 or float16"),
+    Option(("--report",), "report", OPTIONAL_VALUE),
+    Option(("-v", "--verbose"), "verbose", FLAG),
+)
+#: ``dmlpatch check``'s: the runner's and its own.
+CHECK_OPTIONS = (
+    *RUNNER_OPTIONS,
+    Option(("--profile",), "profile", VALUE, "--profile needs a value, e.g. --profile permissive"),
+    Option(("--json",), "json", VALUE, "--json needs a value: the file to write"),
+    Option(("--verify",), "verify", FLAG),
+)
 
 
 class Options:
@@ -34,66 +66,67 @@ class Options:
         self.bf16: Optional[str] = None
         self.report: Optional[str] = None
         self.verbose = False
+        self.profile: Optional[str] = None
+        self.json: Optional[str] = None
+        self.verify = False
+        self.help = False
         self.module: Optional[str] = None
         self.rest: list[str] = []
 
 
-def parse_options(argv: list[str], allow_module: bool = True) -> Options:
-    """dmlpatch's own options up to the program; everything after belongs to the program."""
+def parse_options(
+    argv: list[str],
+    table: tuple[Option, ...] = RUNNER_OPTIONS,
+    allow_module: bool = True,
+    command: str = "dmlpatch",
+) -> Options:
+    """dmlpatch's own options up to the program; everything after belongs to the program.
+
+    The one parser of the runner and ``check`` (``table`` says which options there are):
+    ``-h``/``--help`` anywhere among them sets ``help``; ``--`` ends them; ``-m MODULE`` (where
+    ``allow_module``) ends them with the module; anything else starting with ``-`` is a one-line
+    error naming ``command``'s help.
+    """
     options = Options()
+    by_name = {name: option for option in table for name in option.names}
     index = 0
     while index < len(argv):
         argument = argv[index]
+        name, equals, value = argument.partition("=")
+        option = by_name.get(name)
         if argument == "--":
             index += 1
             break
-        if argument in ("--device", "-d"):
-            if index + 1 >= len(argv):
-                raise UsageError(f"{argument} needs a value, e.g. {argument} sim")
-            options.device = argv[index + 1]
-            index += 2
-        elif argument.startswith("--device="):
-            options.device = argument.split("=", 1)[1]
-            index += 1
-        elif argument == "--scope":
-            if index + 1 >= len(argv):
-                raise UsageError("--scope needs a value: all, project or specs")
-            options.scope = parse_scope(argv[index + 1])
-            index += 2
-        elif argument.startswith("--scope="):
-            options.scope = parse_scope(argument.split("=", 1)[1])
-            index += 1
-        elif argument == "--bf16" or argument.startswith("--bf16="):
-            if argument == "--bf16" and index + 1 >= len(argv):
-                raise UsageError("--bf16 needs a value: float32 or float16")
-            value = argv[index + 1] if argument == "--bf16" else argument.split("=", 1)[1]
-            options.bf16 = parse_bf16(value)
-            index += 2 if argument == "--bf16" else 1
-        elif argument == "--report":
-            options.report = "-"
-            index += 1
-        elif argument.startswith("--report="):
-            options.report = argument.split("=", 1)[1] or "-"
-            index += 1
-        elif argument in ("-v", "--verbose"):
-            options.verbose = True
-            index += 1
-        elif argument == "-m" and allow_module:
-            if index + 1 >= len(argv):
+        if argument in ("-h", "--help"):
+            options.help = True
+        elif option is not None and option.takes == FLAG and not equals:
+            setattr(options, option.field, True)
+        elif option is not None and option.takes == OPTIONAL_VALUE:
+            setattr(options, option.field, value or "-")
+        elif option is not None and option.takes == VALUE:
+            if not equals:
+                if index + 1 >= len(argv):
+                    raise UsageError(option.missing.format(name=name))
+                index += 1
+                value = argv[index]
+            setattr(options, option.field, value)
+            if option.field == "scope":
+                options.scope = parse_scope(value)  # named in the order given
+            elif option.field == "bf16":
+                options.bf16 = parse_bf16(value)
+        elif allow_module and argument.startswith("-m"):
+            if argument == "-m" and index + 1 >= len(argv):
                 raise UsageError("-m needs a module name")
-            options.module = argv[index + 1]
-            index += 2
-            break
-        elif argument.startswith("-m") and len(argument) > 2 and allow_module:
-            options.module = argument[2:]
-            index += 1
+            options.module = argument[2:] or argv[index + 1]
+            index += 1 if argument != "-m" else 2
             break
         elif argument.startswith("-") and argument != "-":
-            raise UsageError(f"unknown option {argument!r}; see dmlpatch --help")
+            raise UsageError(f"unknown option {argument!r}; see {command} --help")
         else:
             break
+        index += 1
     options.rest = argv[index:]
-    if options.device is not None:
+    if options.device is not None and not options.help:
         from dmlpatch.devices import resolution
 
         resolution.parse(options.device)  # named before the script: it was given first
@@ -112,15 +145,15 @@ def parse_bf16(text: str) -> str:
     return dtype_policy.parse_bf16(text, "--bf16 ")
 
 
-def prepare(options: Options) -> bool:
+def prepare(options: Options, report: Optional[str] = None) -> bool:
     """Check what can be checked without torch (one-line errors, before the program starts),
-    then patch; the device is resolved when the program first imports torch.
-
-    Returns whether patches are active.
-    """
-    from dmlpatch.devices import resolution
+    then patch (:func:`dmlpatch.startup.sequence.start`); the device is resolved when the
+    program first imports torch. ``report``: written at exit. Returns whether patches are
+    active."""
+    from dmlpatch.devices import announce
     from dmlpatch.patching import engine
-    from dmlpatch.rewriting import discovery, hook
+    from dmlpatch.rewriting import discovery
+    from dmlpatch.startup import sequence
 
     if options.verbose:
         os.environ["DMLPATCH_VERBOSE"] = "1"
@@ -131,54 +164,41 @@ def prepare(options: Options) -> bool:
     dtype_policy.parse_bf16(os.environ.get(dtype_policy.BF16_ENV))  # a bad one is exit 2
     if engine.disabled():
         log.say(f"{engine.DISABLE_VAR}=1: running the program without patches")
+        if report:
+            from dmlpatch import report as reports
+
+            atexit.register(reports.write, report)
         return False
-    spec = options.device or resolution.configured_spec()
     scope_text = options.scope or os.environ.get(discovery.SCOPE_VAR)
     scope = parse_scope(scope_text) if scope_text else None  # a bad one is exit 2, before anything
-    resolution.configure(spec)
-    resolution.precheck()
-    propagate_to_children(spec)
-    engine.install(spec, scope)  # a malformed patch spec stops here, before anything is said
-    resolution.when_resolved(_resolved)
-    hook.when_imported("torch", _resolve_at_torch_import)
-    return True
+    started = sequence.start(
+        options.device,
+        scope,
+        eager=True,
+        children=True,
+        # torchrun's workers: rank 0's start-up says the line for the job.
+        speaks=announce.resolved if "LOCAL_RANK" not in os.environ else None,
+        report=report,
+    )
+    return bool(started)
 
 
-def _resolve_at_torch_import(torch: object) -> None:
-    """The program imported torch: resolve now, or stop with the error's one line and code."""
-    from dmlpatch.devices import resolution
+class Judge(Protocol):
+    """What ``dmlpatch check`` adds to running a program: :meth:`begin` once patches are in,
+    :meth:`end` with how the program ended (its uncaught exception, or None, and its exit
+    status), returning the process's exit status."""
 
-    if resolution.resolving():
-        return  # that resolution imported torch; it finishes (or fails) on its own
-    try:
-        resolution.current()
-    except DmlpatchError as error:
-        log.say(f"error: {error}")
-        raise SystemExit(error.exit_code) from None
+    def begin(self) -> None: ...
+
+    def end(self, error: Optional[BaseException], code: int) -> int: ...
 
 
-def _resolved(chosen: Resolution) -> None:
-    from dmlpatch.devices import announce
-    from dmlpatch.patching import engine
+def run_program(options: Options, console_script: bool, judge: Optional[Judge] = None) -> int:
+    """Run the program as python would, with patches active; the runner's and check's path.
 
-    if not chosen.patches_needed:
-        engine.uninstall()  # modules rewritten so far pass each call through to CUDA
-    if "LOCAL_RANK" not in os.environ:  # a torchrun worker's line is said by rank 0's start-up
-        announce.resolved(chosen)
-
-
-def propagate_to_children(spec: str) -> None:
-    """Children (subprocess, spawn workers, DDP ranks) start patched through sitecustomize."""
-    from dmlpatch.devices import announce, resolution
-
-    os.environ[resolution.ENV_VAR] = spec
-    os.environ[announce.RANK_ZERO_VAR] = "1"
-    paths = os.environ.get("PYTHONPATH", "")
-    if CHILD_DIRECTORY not in paths.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHILD_DIRECTORY, paths) if p)
-
-
-def run_program(options: Options, console_script: bool) -> int:
+    Without a ``judge`` the program's ``SystemExit`` passes through, so python ends the process
+    as it would have; an uncaught exception prints the program's traceback and is exit 1.
+    """
     from dmlpatch import report
     from dmlpatch.startup import runner
 
@@ -191,47 +211,56 @@ def run_program(options: Options, console_script: bool) -> int:
     if console_script:
         runner.find_console_script(options.rest[0])
     elif options.module is not None:
+        # python -m looks in the working directory first; the dmlpatch console script's
+        # sys.path[0] is its own bin directory until run_module sets it.
+        sys.path[0] = os.getcwd()
         runner.check_module(options.module)
     else:
         runner.check_path(options.rest[0])
-    active = prepare(options)
-    if destination:
-        atexit.register(report.write, destination)
+    active = prepare(options, destination)
+    if judge is not None:
+        judge.begin()
     program_file: Optional[str] = None
+    error: Optional[BaseException] = None
+    code = 0
     try:
         if console_script:
-            result = runner.run_console_script(options.rest[0], options.rest[1:])
-            return runner.exit_status(result)
-        if options.module is not None:
+            code = runner.exit_status(runner.run_console_script(options.rest[0], options.rest[1:]))
+        elif options.module is not None:
             runner.run_module(options.module, options.rest, rewrite=active)
         else:
             program_file = os.path.abspath(options.rest[0])
             runner.run_path(options.rest[0], options.rest[1:], rewrite=active)
-    except SystemExit:
-        raise
+    except SystemExit as stop:
+        if judge is None:
+            raise
+        code = runner.exit_status(stop.code)
     except UsageError:
         raise
-    except BaseException as error:
-        if isinstance(error, DmlpatchError):
+    except BaseException as caught:
+        if isinstance(caught, DmlpatchError):
             if log.debug_enabled():
                 import traceback
 
                 traceback.print_exc()
-            log.say(f"error: {error}")
-            return error.exit_code
+            log.say(f"error: {caught}")
+            return caught.exit_code
+        error = caught
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
         trimmed = runner.program_traceback(error, program_file or main_file)
         # Chained exceptions are printed from __traceback__, so trim it on the exception too.
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
-        if isinstance(error, KeyboardInterrupt):
-            # Python ends an interrupted program by SIGINT (130 in a shell; Windows' own code
-            # there) once it has shut down: the interpreter does that for an uncaught
-            # KeyboardInterrupt, so it gets this one, without printing it a second time.
-            sys.excepthook = _printed_already
-            raise
-        return 1
-    return 0
+        code = 1
+    if judge is not None:
+        code = judge.end(error, code)
+    if isinstance(error, KeyboardInterrupt):
+        # Python ends an interrupted program by SIGINT (130 in a shell; Windows' own code
+        # there) once it has shut down: the interpreter does that for an uncaught
+        # KeyboardInterrupt, so it gets this one, without printing it a second time.
+        sys.excepthook = printed_already
+        raise error
+    return code
 
 
-def _printed_already(*exc_info: object) -> None:
+def printed_already(*exc_info: object) -> None:
     """The excepthook for the KeyboardInterrupt whose trimmed traceback was printed."""

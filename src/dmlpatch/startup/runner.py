@@ -78,8 +78,13 @@ def run_path(path: str, args: list[str], rewrite: bool = True) -> None:
     code = _compile(source, absolute, rewrite)
     if rewrite:
         spawn_main.remember_path(absolute)
-    main = _fresh_main(__file__=absolute, __cached__=None, __package__=None, __spec__=None)
-    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", absolute)
+    main = _fresh_main(
+        __file__=absolute,
+        __cached__=None,
+        __package__=None,
+        __spec__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", absolute),
+    )
     sys.argv = [path, *args]
     sys.path[0] = os.path.dirname(os.path.realpath(absolute))
     _execute(code, main)
@@ -155,10 +160,31 @@ def _find_main_spec(name: str) -> importlib.machinery.ModuleSpec:
     return spec
 
 
+#: The globals python gives a main script or module, in its order (``ModuleType`` makes the
+#: first five): ``list(globals())`` and ``__builtins__.len`` must be what they are under python.
+_MAIN_GLOBALS = (
+    *("__name__", "__doc__", "__package__", "__loader__", "__spec__"),
+    *("__annotations__", "__builtins__", "__file__", "__cached__"),
+)
+
+
 def _fresh_main(**attributes: Any) -> types.ModuleType:
+    """A ``__main__`` whose globals are python's, name for name: ``__builtins__`` the module
+    (an imported module's is its dict), and ``__annotations__`` where this interpreter's own
+    ``__main__`` has one."""
+    import builtins
+
     main = types.ModuleType("__main__")
-    main.__dict__.update(attributes)
-    main.__dict__["__builtins__"] = __builtins__
+    namespace = main.__dict__
+    interpreters = vars(sys.modules.get("__main__", main))
+    for name in _MAIN_GLOBALS:
+        if name == "__annotations__":
+            if name in interpreters:
+                namespace[name] = {}
+        elif name == "__builtins__":
+            namespace[name] = builtins
+        elif name in attributes:
+            namespace[name] = attributes[name]
     sys.modules["__main__"] = main
     return main
 
