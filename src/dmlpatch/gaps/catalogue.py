@@ -359,10 +359,11 @@ FAILURES: tuple[Failure, ...] = (
         "the CPU fallback builds the nested tensor on the host and cannot hand it back (the "
         "simulator stops with PyTorch's 'NestedTensorImpl doesn't support strides'); on "
         "DirectML a nested tensor would have no kernels past it either",
-        "none",
-        "not fixed: nested tensors take a dispatch key of their own; "
-        "nn.TransformerEncoder(..., enable_nested_tensor=False) runs the same layers on the "
-        "device (dmlpatch.opfix.attention), padded positions computed instead of zeroed",
+        "spec",
+        "torch spec: the encoder runs its layers on the padded batch with the padding mask "
+        "(dmlpatch.opfix.attention), padded positions zeroed before the final norm as the "
+        "nested path leaves them; the mask check runs on the device; packing a nested tensor "
+        "by hand stops with one line naming this entry",
     ),
     Failure(
         "vector-products",

@@ -240,7 +240,41 @@ def _transformer_encoder_layer_fwd(
     return x
 
 
+class NestedTensorsUnsupported(RuntimeError):
+    """A nested tensor was asked for on DirectML, which has no kernels for one."""
+
+
+def _nested_tensor_from_mask(
+    t: torch.Tensor, mask: torch.Tensor, mask_check: bool = True
+) -> torch.Tensor:
+    # DirectML's CPU fallback builds the nested tensor on the host and cannot hand it back
+    # ("NestedTensorImpl doesn't support strides"), and no kernel would take it past here.
+    # nn.TransformerEncoder catches this and runs its layers on the padded batch instead
+    # (dmlpatch.patches.torch.transformer).
+    raise NestedTensorsUnsupported(
+        "aten::_nested_tensor_from_mask: DirectML has no nested tensors (known failure "
+        "nested-tensor-encoder)"
+    )
+
+
+def _nested_tensor_from_mask_left_aligned(t: torch.Tensor, mask: torch.Tensor) -> bool:
+    """Whether every row of ``mask`` is a run of True then only False (as the CPU's kernel
+    answers it), without copying ``t`` to the host as DirectML's fallback does."""
+    record("fixed", "aten::_nested_tensor_from_mask_left_aligned")
+    if mask.dtype != torch.bool:
+        raise RuntimeError("Expected mask to be of type bool")
+    if mask.dim() != 2 or mask.numel() == 0:
+        return True
+    lengths = mask.sum(1, dtype=torch.int64)
+    expected = torch.arange(mask.shape[1], device=mask.device)[None, :] < lengths[:, None]
+    return not bool((mask != expected).any())
+
+
 KERNELS = (
+    Kernel("_nested_tensor_from_mask", _nested_tensor_from_mask, "fallback"),
+    Kernel(
+        "_nested_tensor_from_mask_left_aligned", _nested_tensor_from_mask_left_aligned, "fallback"
+    ),
     Kernel("_native_multi_head_attention", _native_multi_head_attention, "fallback"),
     Kernel("_transformer_encoder_layer_fwd", _transformer_encoder_layer_fwd, "fallback"),
     Kernel("_masked_softmax", _masked_softmax, "fallback"),

@@ -162,26 +162,54 @@ def test_without_dmlpatch_the_fast_path_falls_back(dev: torch.device) -> None:
     assert counters["copies"]["aten::_native_multi_head_attention"]["count"] == 7
 
 
-def test_nested_tensor_encoder_still_stops_and_its_way_around_runs(dev: torch.device) -> None:
-    """Catalogued, not fixed: with a padding mask ``nn.TransformerEncoder`` packs its sequences
-    into a nested tensor, which DirectML's CPU fallback cannot hand back; without nested
-    tensors the same layers run on the device, equal to the CPU at every unpadded position."""
+@pytest.mark.parametrize("float_mask", [False, True], ids=["bool mask", "float mask"])
+def test_nested_tensor_encoder_runs_padded_and_equals_the_cpu(
+    dev: torch.device, float_mask: bool
+) -> None:
+    """With a padding mask in eval, ``nn.TransformerEncoder`` packs its sequences into a nested
+    tensor, which DirectML cannot hold: the device's packing raises dmlpatch's one line, and the
+    torch spec's wrapper runs the same layers on the padded batch, equal to the CPU everywhere
+    (padded positions zeroed before the final norm, as the nested path leaves them), with no
+    fallback."""
+    from dmlpatch.patches.torch.transformer import encoder_forward
+
     torch.manual_seed(2)
     layer = nn.TransformerEncoderLayer(WIDTH, HEADS, 64, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(WIDTH)).eval()
     x = torch.randn(BATCH, LENGTH, WIDTH)
     padding = torch.zeros(BATCH, LENGTH, dtype=torch.bool)
     padding[1, 3:] = True
-    nested = nn.TransformerEncoder(layer, 2).eval()
+    padding[2, 5:] = True
+    if float_mask:
+        padding = torch.zeros(BATCH, LENGTH).masked_fill(padding, float("-inf"))
     with torch.no_grad():
-        expected = nested(x, src_key_padding_mask=padding)
-        nested.to(dev)
-        with warnings.catch_warnings(), pytest.raises(RuntimeError, match="NestedTensorImpl"):
-            warnings.simplefilter("ignore")
-            nested(x.to(dev), src_key_padding_mask=padding.to(dev))
-        padded = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval().to(dev)
+        expected = encoder(x, src_key_padding_mask=padding)
+        encoder.to(dev)
+        with pytest.raises(RuntimeError, match=r"^aten::_nested_tensor_from_mask: DirectML has no"):
+            encoder(x.to(dev), src_key_padding_mask=padding.to(dev))
         sim.reset_counters()
-        got = padded(x.to(dev), src_key_padding_mask=padding.to(dev)).cpu()
+        got = encoder_forward(
+            encoder.forward, encoder, (x.to(dev),), {"src_key_padding_mask": padding.to(dev)}
+        )
         counters = sim.counters()
+    assert got.device == dev and encoder.use_nested_tensor and encoder.norm is not None
     assert counters["ops"]["fallback"] == {}, counters["ops"]
-    kept = ~padding
-    assert close(got[kept], expected[kept])
+    assert counters["ops"]["fixed"]["aten::_nested_tensor_from_mask_left_aligned"] == 1
+    assert close(got.cpu(), expected)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]],
+        [[0, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]],
+        [[1, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1]],
+        [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]],
+    ],
+)
+def test_left_aligned_mask_check_answers_as_the_cpu(dev: torch.device, rows: list) -> None:
+    t, mask = torch.randn(3, 4, 2), torch.tensor(rows, dtype=torch.bool)
+    expected = torch._nested_tensor_from_mask_left_aligned(t, mask)
+    sim.reset_counters()
+    assert torch._nested_tensor_from_mask_left_aligned(t.to(dev), mask.to(dev)) is expected
+    assert sim.counters()["ops"]["fallback"] == {}
