@@ -74,18 +74,38 @@ def constraints(parser: configparser.RawConfigParser, section: str) -> Optional[
     return value.split() if value else None
 
 
+#: Asked of the environment's pip in a process of its own: importing pip's internals here
+#: would import the standard library's distutils (older pips, Python < 3.12), after which
+#: setuptools (torch.utils.cpp_extension, the simulator's build) fails its own assertion.
+_ASK_PIP = (
+    "import json\n"
+    "from pip._internal.configuration import get_configuration_files\n"
+    "names = get_configuration_files()\n"
+    "print(json.dumps([n for kind in ('global', 'user') for n in names.get(kind, [])]))\n"
+)
+
+
 def outer_files() -> Optional[list[tuple[str, bytes]]]:
     """pip's global then user configuration files that exist (read before the site file).
 
     Their names are asked of the environment's own pip, which knows where its platform keeps
     them; None when it cannot say (no pip, or a pip whose internals moved).
     """
-    try:
-        from pip._internal.configuration import get_configuration_files
+    import json
+    import subprocess
 
-        names = get_configuration_files()
-        listed = [name for kind in ("global", "user") for name in names.get(kind, [])]
-    except Exception:  # any failure of pip's internals only means "unknown"
+    try:
+        asked = subprocess.run(
+            [sys.executable, "-I", "-c", _ASK_PIP],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        listed = json.loads(asked.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None  # pip's failure only means "unknown"
+    if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
         return None
     found = []
     for name in listed:

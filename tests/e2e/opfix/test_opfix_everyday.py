@@ -329,10 +329,13 @@ def test_errors_match_the_cpu(dev: torch.device) -> None:
             F.binary_cross_entropy(x, torch.ones(2, device=x.device))
         with pytest.raises(RuntimeError, match="n must be greater or equal to 0, got -1"):
             torch.eye(-1, device=x.device)
-    singular = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
-    for x in (singular, singular.to(dev)):
+    # A zero row is singular to every LAPACK (torch 2.4.1's inverts the matrix below, whose
+    # rows 1 and 2 are proportional, without complaint: rounding leaves a tiny pivot).
+    zero_row = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [1.0, 0.0, 1.0]])
+    for x in (zero_row, zero_row.to(dev)):
         with pytest.raises(torch.linalg.LinAlgError, match="input matrix is singular"):
             torch.linalg.inv(x)
+    singular = torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])
     # Which zero on U's diagonal comes first is the LAPACK's (2 with torch 2.4's, 3 with
     # 2.14's); the device's is reference LAPACK's (dgetf2): rows 1 and 2 are proportional.
     assert torch.linalg.inv_ex(singular.to(dev).expand(2, 3, 3)).info.tolist() == [3, 3]
