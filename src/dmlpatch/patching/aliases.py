@@ -14,7 +14,7 @@ import importlib.machinery
 import sys
 import types
 
-from dmlpatch import log, report
+from dmlpatch import log, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class _AliasLoader:
 
     def create_module(self, module_spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = importlib.import_module(self.real)
-        report.record_alias(self.spec, module_spec.name, self.real)
+        record.record_alias(self.spec, module_spec.name, self.real)
         log.info(f"{self.spec}: {module_spec.name} is missing; using {self.real}")
         return module
 

@@ -134,9 +134,9 @@ def parse_options(
 
 
 def parse_scope(text: str) -> str:
-    from dmlpatch.rewriting import discovery
+    from dmlpatch.rewriting import scope
 
-    return discovery.parse_scope(text)
+    return scope.parse_scope(text)
 
 
 def parse_bf16(text: str) -> str:
@@ -152,7 +152,7 @@ def prepare(options: Options, report: Optional[str] = None) -> bool:
     active."""
     from dmlpatch.devices import announce
     from dmlpatch.patching import engine
-    from dmlpatch.rewriting import discovery
+    from dmlpatch.rewriting.scope import SCOPE_VAR
     from dmlpatch.startup import sequence
 
     if options.verbose:
@@ -169,7 +169,7 @@ def prepare(options: Options, report: Optional[str] = None) -> bool:
 
             atexit.register(reports.write, report)
         return False
-    scope_text = options.scope or os.environ.get(discovery.SCOPE_VAR)
+    scope_text = options.scope or os.environ.get(SCOPE_VAR)
     scope = parse_scope(scope_text) if scope_text else None  # a bad one is exit 2, before anything
     started = sequence.start(
         options.device,
@@ -257,10 +257,6 @@ def run_program(options: Options, console_script: bool, judge: Optional[Judge] =
         # Python ends an interrupted program by SIGINT (130 in a shell; Windows' own code
         # there) once it has shut down: the interpreter does that for an uncaught
         # KeyboardInterrupt, so it gets this one, without printing it a second time.
-        sys.excepthook = printed_already
+        sys.excepthook = runner.printed_already
         raise error
     return code
-
-
-def printed_already(*exc_info: object) -> None:
-    """The excepthook for the KeyboardInterrupt whose trimmed traceback was printed."""

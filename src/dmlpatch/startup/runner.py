@@ -267,3 +267,7 @@ def _compiling_main(tb: Any) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+def printed_already(*exc_info: object) -> None:
+    """The excepthook for the KeyboardInterrupt whose trimmed traceback was printed."""
