@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: Where a run's report goes (``--report=FILE`` sets it for the program's children).
-REPORT_VAR = "DMLPATCH_REPORT"
 
 
 def snapshot() -> dict[str, Any]:

@@ -27,16 +27,18 @@ import traceback
 from typing import Any, NamedTuple, Optional
 
 from dmlpatch import log
+from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SIM_PROFILE, DMLPATCH_TRACE
 from dmlpatch.errors import UsageError
+from dmlpatch.gaps.profiles import DEFAULT_PROFILE
 
-USAGE = """\
+USAGE = f"""\
 usage: dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--verify]
                       script.py [args...]
        dmlpatch check [options] -m module [args...]
 
 options:
   --device sim|dml  the simulated DirectML device (default) or a real DirectML adapter
-  --profile NAME    the simulated device's DirectML release (default torch-directml-0.2.5)
+  --profile NAME    the simulated device's DirectML release (default {DEFAULT_PROFILE})
   --json FILE       also write the table and verdict as JSON (for CI)
   --verify          run every device operator on the CPU too; report the first that differs
   --scope SCOPE     where CUDA sites are rewritten: all (default), project, specs
@@ -96,11 +98,10 @@ def main(arguments: list[str]) -> int:
         from dmlpatch.gaps import profiles
 
         profiles.resolve(options.profile)  # one-line error for an unknown name
-        os.environ[profiles.PROFILE_ENV] = options.profile
-    os.environ["DMLPATCH_TRACE"] = "1"  # first-call stacks from the simulated device
-    from dmlpatch.patching import engine
+        os.environ[DMLPATCH_SIM_PROFILE] = options.profile
+    os.environ[DMLPATCH_TRACE] = "1"  # first-call stacks from the simulated device
 
-    os.environ.pop(engine.DISABLE_VAR, None)
+    os.environ.pop(DMLPATCH_DISABLE, None)
     from dmlpatch.placement import session
 
     session.by_operators()
@@ -157,13 +158,13 @@ def _start(backend: str, verify: bool) -> tuple[Optional[str], Any, Any]:
         profile: Optional[str] = sim.profile()
         sim.reset_counters()
     else:
-        from dmlpatch import opfix
         from dmlpatch._metadata import version_of
+        from dmlpatch.gaps import profiles
 
-        profile = opfix.profile_for_release(version_of("torch-directml"))
+        profile = profiles.profile_for_release(version_of("torch-directml"))
         from dmlpatch.opfix.observer import Observer
 
-        observer = Observer(profile or "torch-directml-0.2.5")
+        observer = Observer(profile or profiles.DEFAULT_PROFILE)
         observer.__enter__()
     if verify:
         from dmlpatch.opfix.shadow import Shadow

@@ -16,6 +16,12 @@ import sys
 from typing import Any, NamedTuple, Optional
 
 from dmlpatch import _metadata
+from dmlpatch.environment_variables import (
+    DMLPATCH_CACHE_DIR,
+    DMLPATCH_DEVICE,
+    DMLPATCH_DISABLE,
+    DMLPATCH_PATCHES,
+)
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -44,13 +50,13 @@ def _local_specs() -> list[Check]:
     try:
         found = specs.local_specs()
     except SpecError as error:
-        return [Check("patches", FAIL, str(error), "fix the spec, or unset DMLPATCH_PATCHES")]
+        return [Check("patches", FAIL, str(error), f"fix the spec, or unset {DMLPATCH_PATCHES}")]
     return [
         Check(
             "patches",
             WARN if replacing else OK,
             specs.describe_local(spec, replacing),
-            "unset DMLPATCH_PATCHES to use dmlpatch's own" if replacing else None,
+            f"unset {DMLPATCH_PATCHES} to use dmlpatch's own" if replacing else None,
             details={"spec": spec.name, "origin": spec.origin, "replaces": replacing},
         )
         for spec, replacing in found
@@ -381,11 +387,9 @@ def _top_level(spec: Any) -> str:
 
 def _imports(modules: list[str], patched: bool = False) -> list[Optional[str]]:
     """For each module, None when it imports in a fresh process, else its last error line."""
-    from dmlpatch.devices import resolution
-    from dmlpatch.patching import engine
 
-    env = {k: v for k, v in os.environ.items() if k != resolution.ENV_VAR}
-    env[engine.DISABLE_VAR] = "0" if patched else "1"
+    env = {k: v for k, v in os.environ.items() if k != DMLPATCH_DEVICE}
+    env[DMLPATCH_DISABLE] = "0" if patched else "1"
     prefix = (
         "import dmlpatch.patching.engine; dmlpatch.patching.engine.install('cpu'); "
         if patched
@@ -472,7 +476,7 @@ def _cache() -> Check:
             "cache",
             WARN,
             f"{root} is not used: {problem}, so it could hold another user's code",
-            "set DMLPATCH_CACHE_DIR to a directory of yours that only you can write",
+            f"set {DMLPATCH_CACHE_DIR} to a directory of yours that only you can write",
             details={"path": root, "bytes": total},
         )
     return Check(

@@ -7,6 +7,7 @@ import sys
 
 from dmlpatch import log, record
 from dmlpatch.devices import resolution
+from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SCOPE
 from dmlpatch.patching import plan, wrapping
 from dmlpatch.rewriting import composition, discovery, hook
 from dmlpatch.rewriting import scope as scopes
@@ -16,13 +17,12 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Optional
 
-DISABLE_VAR = "DMLPATCH_DISABLE"
 
 _active = False
 
 
 def disabled() -> bool:
-    return os.environ.get(DISABLE_VAR) == "1"
+    return os.environ.get(DMLPATCH_DISABLE) == "1"
 
 
 def patches_needed() -> bool:
@@ -59,7 +59,7 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     """
     global _active
     if disabled():
-        log.info(f"{DISABLE_VAR}=1: patches are off in this process")
+        log.info(f"{DMLPATCH_DISABLE}=1: patches are off in this process")
         return False
     if device is not None:
         resolution.configure(device)
@@ -76,7 +76,7 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
             aliases.install(alias.module, alias.target, alias.spec)
     hook.set_gate(rewrite_gate)
     scope = scopes.parse_scope(scope) if scope else scopes.configured_scope()
-    os.environ[scopes.SCOPE_VAR] = scope  # children, and the report, see the same scope
+    os.environ[DMLPATCH_SCOPE] = scope  # children, and the report, see the same scope
     leaves = list(map(discovery.Leave._make, chosen["leaves"]))
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
     hook.when_imported("torch", _start_placement)

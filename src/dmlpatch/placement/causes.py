@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterable
 from typing import Optional
 
+from dmlpatch.environment_variables import DMLPATCH_CPU_OPS
 from dmlpatch.placement import frames
 
 TYPE_CHECKING = False
@@ -79,7 +80,7 @@ def fallback(operator: str, where: Optional[str]) -> Cause:
         return Cause(
             "cpu-ops",
             where,
-            f"DMLPATCH_CPU_OPS sends {operator} to the CPU{at}; leave it out to run it on the "
+            f"{DMLPATCH_CPU_OPS} sends {operator} to the CPU{at}; leave it out to run it on the "
             "device",
         )
     known = catalogue.for_gap(operator, "fallback")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-SCOPE_VAR = "DMLPATCH_SCOPE"
+from dmlpatch.environment_variables import DMLPATCH_SCOPE
+
 SCOPES = ("all", "project", "specs")
 
 
@@ -25,12 +26,14 @@ def parse_scope(text: str) -> str:
 
 def configured_scope() -> str:
     """``$DMLPATCH_SCOPE``, else ``all``; an unknown value is one warning and means ``all``."""
-    text = os.environ.get(SCOPE_VAR)
+    text = os.environ.get(DMLPATCH_SCOPE)
     if not text:
         return "all"
     if text.strip().lower() in SCOPES:
         return text.strip().lower()
     from dmlpatch import log
 
-    log.warn_once("scope", f"{SCOPE_VAR}={text!r} is not one of {', '.join(SCOPES)}; using 'all'")
+    log.warn_once(
+        "scope", f"{DMLPATCH_SCOPE}={text!r} is not one of {', '.join(SCOPES)}; using 'all'"
+    )
     return "all"

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-TRACE_ENV = "DMLPATCH_TRACE"
+from dmlpatch.environment_variables import DMLPATCH_TRACE
 
 _first_calls: dict[str, str] = {}
 _first_calls_lock = threading.Lock()
@@ -38,7 +38,7 @@ _INTERNAL = (
 
 
 def trace_requested() -> bool:
-    return os.environ.get(TRACE_ENV, "") == "1"
+    return os.environ.get(DMLPATCH_TRACE, "") == "1"
 
 
 def fallback_warning(name: str) -> str:
