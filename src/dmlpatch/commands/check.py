@@ -278,8 +278,8 @@ def judge(
             known = f" (known failure {first.known_failure}; {entry.fix}: {entry.remedy})"
         return Outcome(1, "fails", f"would fail: {first.op}{where}{known}", first.known_failure)
     if divergence is not None:
-        where = first_frame("".join(traceback.format_list(list(divergence.stack))))
-        at = f" at {where}" if where else ""
+        frame = first_frame("".join(traceback.format_list(list(divergence.stack))))
+        at = f" at {frame}" if frame else ""
         return Outcome(
             1,
             "diverges",
@@ -297,13 +297,14 @@ def judge(
         reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
         from dmlpatch.gaps import catalogue
 
-        known = catalogue.for_error(reason)
-        if known is not None:
+        failure = catalogue.for_error(reason)
+        if failure is not None:
             return Outcome(
                 1,
                 "fails",
-                f"would fail: {reason} (known failure {known.key}; {known.fix}: {known.remedy})",
-                known.key,
+                f"would fail: {reason} (known failure {failure.key}; {failure.fix}: "
+                f"{failure.remedy})",
+                failure.key,
             )
         return Outcome(1, "error", f"the program failed for another reason: {reason}")
     on_cpu = _on_cpu(compute)
@@ -381,11 +382,11 @@ def _print(
             )
             for r in rows
         ]
-        widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-        for line in table:
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
             cells = [
                 cell.rjust(widths[i]) if 2 <= i <= 4 else cell.ljust(widths[i])
-                for i, cell in enumerate(line)
+                for i, cell in enumerate(row)
             ]
             out.write("  " + "  ".join(cells).rstrip() + "\n")
     elif sum(counters["ops"].get("native", {}).values()):

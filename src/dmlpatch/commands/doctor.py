@@ -91,7 +91,7 @@ def _versions() -> list[Check]:
     torch = _metadata.version_of("torch")
     vision = _metadata.version_of("torchvision")
     directml = _metadata.version_of("torch-directml")
-    details = {"torch": torch, "torchvision": vision, "torch-directml": directml}
+    details: dict[str, Any] = {"torch": torch, "torchvision": vision, "torch-directml": directml}
     listed = ", ".join(f"{k} {v or 'not installed'}" for k, v in details.items())
     if torch is None:
         return [Check("versions", FAIL, listed, "pip install torch", details)]
@@ -340,19 +340,19 @@ def _targets(import_them: bool) -> list[Check]:
     modules = [_top_level(spec) for spec, _ in installed]
     # Importing the libraries takes seconds each: all at once, and patched only where needed.
     plain = _imports(modules) if import_them else [None] * len(modules)
-    failing = [m for m, error in zip(modules, plain) if error is not None]
+    failing = [m for m, failure in zip(modules, plain) if failure is not None]
     patched = dict(zip(failing, _imports(failing, patched=True)))
     checks = []
-    for (spec, version), module, error in zip(installed, modules, plain):
+    for (spec, version), module, failure in zip(installed, modules, plain):
         covered = spec.versions.contains(version, prereleases=True)
         message = f"{spec.distribution} {version}: spec {spec.name!r} " + (
             "covers it" if covered else f"is for {spec.versions}: runs unpatched"
         )
         status = OK if covered else WARN
         details: dict[str, Any] = {"spec": spec.name}
-        if error is not None and patched.get(module) is None:
-            message += f"; plain import fails ({error}), dmlpatch bridges it"
-        elif error is not None:
+        if failure is not None and patched.get(module) is None:
+            message += f"; plain import fails ({failure}), dmlpatch bridges it"
+        elif failure is not None:
             status = FAIL
             known = _recognised(patched[module] or "")
             message += f"; import fails even with dmlpatch: {patched[module]}" + _known(known)

@@ -50,6 +50,7 @@ Every call a fix serves is counted as ``fixed`` through :func:`dmlpatch.opfix._a
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
@@ -247,7 +248,7 @@ def _wait_for_triggers(waiting: dict[str, list[Kernel]]) -> None:
         dtype = getattr(torch, dtype_name)
         triggers.wait(dtype, chosen, install_now)
         watched(dtype, True)
-        triggers.when_fired(dtype, lambda dtype=dtype: watched(dtype, False))
+        triggers.when_fired(dtype, functools.partial(watched, dtype, False))
     sentinels.install()
 
 

@@ -19,7 +19,11 @@ from dmlpatch import log, record
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from importlib.abc import Loader as _LoaderInterface
     from typing import Optional
+else:
+    # The loader interface the checker sees; importlib.abc costs milliseconds to import.
+    _LoaderInterface = object
 
 _lock = _thread.allocate_lock()
 _aliases: dict[str, tuple[str, str]] = {}  # alias -> (real module, spec name)
@@ -39,7 +43,7 @@ def uninstall() -> None:
             sys.meta_path.remove(_finder)
 
 
-class _AliasLoader:
+class _AliasLoader(_LoaderInterface):
     def __init__(self, real: str, spec: str) -> None:
         self.real = real
         self.spec = spec

@@ -55,7 +55,7 @@ class SpecWarning(NamedTuple):
 
 
 #: The plan's sections and the record type each entry is read back as.
-RECORDS = {
+RECORDS: dict[str, Any] = {
     "targets": ModuleTarget,
     "wraps": Fix,
     "aliases": Alias,

@@ -390,7 +390,7 @@ def device_of(obj: Any) -> Any:
     if _target() is None:
         return _cuda("device_of")(obj)
     target = _resolution.current()
-    on = getattr(obj, "device", None)
+    on: Any = getattr(obj, "device", None)
     ordinal = -1
     if getattr(on, "type", None) == target.type and on.index in target.indices:
         ordinal = target.indices.index(on.index)

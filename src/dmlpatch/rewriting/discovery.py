@@ -181,8 +181,8 @@ class Discovery:
                 index = self._indexes.get(key)
                 if index is None:
                     name = f"{top[:40]}-{file_tag(key)}.idx"
-                    directory = cache_subdirectory("discovery", create=False)
-                    index = _Index(os.path.join(directory, name) if directory else None)
+                    cache = cache_subdirectory("discovery", create=False)
+                    index = _Index(os.path.join(cache, name) if cache else None)
                     self._indexes[key] = index
         self._directories[(directory, top)] = index
         return index

@@ -28,6 +28,7 @@ from dmlpatch.rewriting.rules import may_have_sites
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+    from importlib.abc import Loader as _LoaderInterface
     from typing import Any, Callable, NamedTuple, Optional, Union
 
     from dmlpatch.rewriting.composition import Composer
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from dmlpatch.rewriting.sites import Site
 else:
     from dmlpatch._tuple import NamedTuple
+
+    # The loader interface the checker sees; importlib.abc costs milliseconds to import.
+    _LoaderInterface = object
 
 MAIN_SPEC = record.MAIN
 DISCOVERED = record.DISCOVERED
@@ -244,7 +248,7 @@ class _Finder:
             self._searching.discard(fullname)
 
 
-class _NotifyingLoader:
+class _NotifyingLoader(_LoaderInterface):
     """Delegates to the real loader, then runs the callbacks waiting for the module."""
 
     dmlpatch_loader = True
