@@ -151,7 +151,7 @@ GAP_WORKLOADS = {
     "adamw": "aten::_foreach_add_,aten::_foreach_lerp_,aten::_foreach_mul_,"
     "aten::_foreach_addcmul_,aten::_foreach_sqrt,aten::_foreach_div_,aten::_foreach_addcdiv_",
     "lstm": "",  # the fused cells have no CPU kernel: DirectML's fallback fails
-    "group_norm": "aten::native_group_norm_backward,aten::silu_backward",
+    "group_norm": "aten::native_group_norm_backward",
     "grid_sample": "aten::grid_sampler_2d,aten::grid_sampler_2d_backward",
     "linalg": "aten::_linalg_solve_ex,aten::linalg_lu_solve",
 }

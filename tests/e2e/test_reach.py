@@ -563,7 +563,7 @@ def test_warm_discovery_reads_no_source_without_sites(
         "import dmlpatch.rewriting.discovery as d\n"
         "calls = []\n"
         "original = d._examine\n"
-        "d._examine = lambda origin: calls.append(origin) or original(origin)\n"
+        "d._examine = lambda *args: calls.append(args) or original(*args)\n"
         "import atexit, runpy, sys\n"
         "atexit.register(lambda: sys.stderr.write(f'examined {len(calls)}\\n'))\n"
         f"runpy.run_path({str(script)!r})\n",

@@ -4,6 +4,7 @@ it names, shown in the README as generated, and each entry backed by a test."""
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,27 @@ ENTRY_TESTS: dict[str, object] = {
             "linalg",
         )
     },
+    "attention-fast-path": [
+        "tests/e2e/opfix/test_opfix_attention.py::test_without_dmlpatch_the_fast_path_falls_back",
+        "tests/e2e/opfix/test_opfix_attention.py::test_multihead_attention_fast_path_equals_the_cpu",
+        "tests/e2e/opfix/test_opfix_attention.py::test_transformer_encoder_in_eval_equals_the_cpu",
+        "tests/e2e/opfix/test_opfix_attention.py::test_masked_softmax_forward_and_backward_equal_the_cpu",
+        "tests/e2e/libraries/test_vision_transformer.py::test_vit_in_eval_on_the_device_equals_the_cpu_with_no_fallback",
+    ],
+    "nested-tensor-encoder": [
+        "tests/e2e/opfix/test_opfix_attention.py::test_nested_tensor_encoder_runs_padded_and_equals_the_cpu",
+        "tests/e2e/opfix/test_opfix_attention.py::test_left_aligned_mask_check_answers_as_the_cpu",
+    ],
+    **{
+        key: [
+            "tests/e2e/opfix/test_opfix_peers.py::test_without_dmlpatch_directml_falls_back",
+            "tests/e2e/opfix/test_opfix_peers.py::test_fixed_on_device_equal_to_cpu_without_copies",
+        ]
+        for key in ("vector-products", "elementwise-fallbacks", "std-amin", "weight-norm")
+    },
+    "peer-suite-fallbacks": [
+        "tests/e2e/opfix/test_opfix_peers.py::test_unfixed_fallbacks_still_fall_back_and_stay_correct"
+    ],
     "complex": [
         "tests/e2e/sim/test_sim_fidelity.py::test_no_bfloat16_or_complex_tensors_on_0_2_5",
         "tests/e2e/libraries/test_whisper.py::test_without_dmlpatch_a_spectrogram_on_the_device_stops",
@@ -249,12 +271,26 @@ def test_refusal_entries_have_the_profiles_texts() -> None:
         assert rules[said].op in failure.ops, failure.key
 
 
+#: Operators DirectML registers in some overloads but not in the one an entry is about:
+#: ``dot.out`` but not ``dot``, number bounds but not tensor bounds, ``any`` over one dim.
+NATIVE_IN_OTHER_OVERLOADS = {
+    "aten::dot",
+    "aten::clamp",
+    "aten::clamp_min",
+    "aten::clamp_max",
+    "aten::any",
+}
+
+
 def test_entries_agree_with_the_op_list() -> None:
     native = registered_ops.native_set(registered_ops.listed_ops(), None)
     native_operators = {"aten::" + name.split(".", 1)[0] for name in native}
     for failure in catalogue.FAILURES:
         if failure.simulated == "op list":
-            assert not set(failure.ops) & native_operators, failure.key
+            partly = set(failure.ops) & native_operators
+            assert partly <= NATIVE_IN_OTHER_OVERLOADS, failure.key
+            warned = re.search(r"operator 'aten::([\w.]+)'", failure.text)
+            assert warned is None or warned.group(1) not in native, failure.key
     # Reported on earlier releases, native in 0.2.5's list: nothing to reproduce.
     assert "native_dropout_backward" in native
     assert catalogue.get("dropout-backward").simulated == "no"
@@ -329,8 +365,6 @@ def test_summary_counts() -> None:
 
 
 def test_every_text_names_its_entry_from_an_error() -> None:
-    import re
-
     for failure in catalogue.FAILURES:
         if not failure.text:
             continue

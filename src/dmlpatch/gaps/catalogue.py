@@ -306,21 +306,149 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "linalg",
-        "torch.linalg.inv / solve / svd (geometry code: camera matrices, homographies)",
+        "torch.linalg.inv / solve / det / lu_factor / solve_triangular / svd (geometry code: "
+        "camera matrices, homographies, kornia's epipolar geometry)",
         _fallback("aten::linalg_inv_ex.inverse"),
-        "#671, #431",
+        "#671, #431; kornia's test suite",
         (
             "aten::linalg_inv_ex",
             "aten::_linalg_solve_ex",
             "aten::linalg_lu_solve",
+            "aten::linalg_lu_factor_ex",
+            "aten::_linalg_det",
+            "aten::linalg_solve_triangular",
+            "aten::lu_unpack",
             "aten::_linalg_svd",
+            "aten::_linalg_eigh",
+            "aten::_linalg_eigvals",
+            "aten::linalg_qr",
         ),
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.linalg: inv, solve and lu_solve of float systems up to 8 rows on the "
-        "device (LU with partial pivoting, as LAPACK; about three kernels per row); larger "
-        "systems, svd, det, qr and eigh still through the CPU",
+        "dmlpatch.opfix.linalg: inv, solve, lu_solve, lu_factor, lu_unpack, det and "
+        "solve_triangular of float systems up to 8 rows on the device (LU with partial "
+        "pivoting, as LAPACK; about three kernels per row); larger systems, svd, eigh, eigvals "
+        "and qr still through the CPU (iterative: no short composition), counted as fallbacks",
+    ),
+    Failure(
+        "attention-fast-path",
+        "nn.MultiheadAttention and nn.TransformerEncoderLayer in eval without grad (open-clip, "
+        "torchvision's ViT, every nn.TransformerEncoder at inference): PyTorch's fused fast path",
+        _fallback("aten::_native_multi_head_attention"),
+        "0.2.5 op list; open-clip ViT-B-32 (12 calls, 72 copies, 117 MB per image batch)",
+        (
+            "aten::_native_multi_head_attention",
+            "aten::_transformer_encoder_layer_fwd",
+            "aten::_masked_softmax",
+            "aten::_masked_softmax_backward",
+        ),
+        "op list",
+        "CPU fallback with DirectML's warning, copies counted",
+        "kernel",
+        "dmlpatch.opfix.attention: projections, masked softmax (mask types 0, 1, 2; float "
+        "masks as bool, as the CPU reads them), output projection, the encoder layer's norms "
+        "and feed-forward, as PyTorch's CPU kernels",
+    ),
+    Failure(
+        "nested-tensor-encoder",
+        "nn.TransformerEncoder in eval given a src_key_padding_mask (enable_nested_tensor, the "
+        "default): its sequences packed into a nested tensor",
+        _fallback("aten::_nested_tensor_from_mask"),
+        "0.2.5 op list",
+        ("aten::_nested_tensor_from_mask", "aten::_nested_tensor_from_mask_left_aligned"),
+        "op list",
+        "the CPU fallback builds the nested tensor on the host and cannot hand it back (the "
+        "simulator stops with PyTorch's 'NestedTensorImpl doesn't support strides'); on "
+        "DirectML a nested tensor would have no kernels past it either",
+        "spec",
+        "torch spec: the encoder runs its layers on the padded batch with the padding mask "
+        "(dmlpatch.opfix.attention), padded positions zeroed before the final norm as the "
+        "nested path leaves them; the mask check runs on the device; packing a nested tensor "
+        "by hand stops with one line naming this entry",
+    ),
+    Failure(
+        "vector-products",
+        "torch.linalg.cross / torch.cross and torch.dot (kornia's geometry, every call)",
+        _fallback("aten::linalg_cross.out"),
+        "0.2.5 op list (dot.out only); kornia's test suite",
+        ("aten::linalg_cross", "aten::dot"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.products",
+    ),
+    Failure(
+        "elementwise-fallbacks",
+        "clamp / clamp_min / clamp_max with tensor bounds, F.glu and its backward (Demucs, "
+        "wav2vec2, Conformers), torch.nextafter, torch._assert_async",
+        _fallback("aten::clamp_min.Tensor_out"),
+        "0.2.5 op list (number bounds only); kornia's test suite, Demucs",
+        (
+            "aten::clamp",
+            "aten::clamp_min",
+            "aten::clamp_max",
+            "aten::glu",
+            "aten::glu_backward",
+            "aten::nextafter",
+            "aten::_assert_async",
+        ),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.elementwise",
+    ),
+    Failure(
+        "std-amin",
+        "torch.std (Demucs normalises every input by it), torch.amin and torch.aminmax (amax "
+        "is native)",
+        _fallback("aten::std.correction"),
+        "0.2.5 op list (std_mean and var are native); kornia's test suite, Demucs",
+        ("aten::std", "aten::amin", "aten::aminmax"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.statistics",
+    ),
+    Failure(
+        "weight-norm",
+        "weight-normed layers (nn.utils.weight_norm, parametrizations.weight_norm): wav2vec2's "
+        "positional convolution, HiFi-GAN-style vocoders; forward and backward",
+        _fallback("aten::_weight_norm_interface"),
+        "0.2.5 op list",
+        ("aten::_weight_norm_interface", "aten::_weight_norm_interface_backward"),
+        "op list",
+        "CPU fallback with DirectML's warning",
+        "kernel",
+        "dmlpatch.opfix.weight_norm",
+    ),
+    Failure(
+        "peer-suite-fallbacks",
+        "other operators kornia's suite sends to the CPU: 3-D grid_sample, 3-D replication and "
+        "reflection padding, 3-D max pooling, linear 1-D upsampling, bucketize, histc, median, "
+        "any over several dims, xlogy",
+        _fallback("aten::grid_sampler_3d"),
+        "0.2.5 op list; kornia's test suite (benchmarks/peer_suite.py)",
+        (
+            "aten::grid_sampler_3d",
+            "aten::grid_sampler_3d_backward",
+            "aten::replication_pad3d",
+            "aten::replication_pad3d_backward",
+            "aten::replication_pad2d_backward",
+            "aten::reflection_pad3d",
+            "aten::max_pool3d_with_indices",
+            "aten::upsample_linear1d",
+            "aten::bucketize",
+            "aten::histc",
+            "aten::median",
+            "aten::any",
+            "aten::xlogy",
+        ),
+        "op list",
+        "CPU fallback with DirectML's warning, copies counted",
+        "none",
+        "not fixed: DirectML's CPU fallback runs them, correctly, two copies per call; the "
+        "report's ops.fallback and dmlpatch check name each one",
     ),
     Failure(
         "upsample-nearest1d",

@@ -19,7 +19,7 @@ fallbacks     ``silu_backward``, ``lerp``, ``nan_to_num``, ``addmv``, ``bincount
 rnn           ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (missing: every LSTM/GRU step)
 masks         ``isneginf``/``isposinf`` (every transformers attention mask)
 normalization ``native_group_norm_backward`` (every diffusion UNet/VAE training step)
-statistics    ``var_mean``, ``cumprod``
+statistics    ``var_mean``, ``std``, ``amin``, ``aminmax``, ``cumprod``
 factories     ``eye``
 losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward;
               ``nll_loss_backward`` with ``reduction='none'`` (all-zero gradients)
@@ -31,9 +31,17 @@ embedding     ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and
 dtypes        ``mul``/``mul_`` by a bool tensor (a bool result) and ``sum`` over uint8
 transfers     ``_to_copy`` to another adapter (zeros) through the host; bfloat16, complex and
               float64 arriving on the device (:mod:`dmlpatch.opfix.dtype_policy`)
-linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve`` up to 8 rows (LU)
+linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``, ``linalg_lu_factor_ex``,
+              ``_linalg_det``, ``linalg_solve_triangular`` up to 8 rows (LU)
 spectral      ``_fft_r2c``/``_fft_c2c``/``_fft_c2r`` (every FFT and STFT), ``complex``,
               ``polar``, ``view_as_complex``: complex tensors held as pairs of reals
+attention     ``_native_multi_head_attention``, ``_transformer_encoder_layer_fwd``,
+              ``_masked_softmax`` (the fast path of ``nn.MultiheadAttention`` and
+              ``nn.TransformerEncoderLayer`` in eval)
+products      ``dot``, ``linalg_cross`` (geometry code)
+elementwise   ``clamp``/``clamp_min``/``clamp_max`` with tensor bounds, ``glu`` and its backward,
+              ``nextafter``, ``_assert_async``
+weight_norm   ``_weight_norm_interface`` and its backward (every weight-normed convolution)
 allocation    ``empty``/``full`` of bfloat16, complex or float64 on the device; ``torch.load``
 half_on_host  float16 through the CPU fallback of operators whose CPU kernel has no float16
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
@@ -89,6 +97,10 @@ FAMILIES = (
     "linalg",
     "spectral",
     "allocation",
+    "attention",
+    "products",
+    "elementwise",
+    "weight_norm",
     "half_on_host",
 )
 

@@ -1,4 +1,5 @@
-"""``torch.linalg.inv`` and ``torch.linalg.solve`` of small systems on the device.
+"""``torch.linalg.inv``, ``solve``, ``det``, ``lu_factor`` and ``solve_triangular`` of small
+systems on the device.
 
 torch-directml 0.2.5 registers no linear-algebra kernel but vector norms: ``inv``, ``solve``,
 ``det``, ``svd``... run on the CPU, two copies per call (microsoft/DirectML#671, #431), and on a
@@ -8,7 +9,11 @@ CPU: LU factorisation with partial pivoting (the largest magnitude in the column
 equals), then forward and back substitution, one row at a time for every batch element at
 once. PyTorch's ``inv`` is a solve against the identity, and so is this one. ``LU`` and
 ``pivots`` are in LAPACK's layout; ``linalg_lu_solve`` (solve's backward, with ``adjoint``)
-substitutes with them here too.
+substitutes with them here too, ``linalg_lu_factor_ex`` returns them, ``_linalg_det`` is the
+product of U's diagonal with the sign of the row swaps, ``lu_unpack`` (``lu_factor``'s
+backward, ``torch.linalg.lu``) spreads them into P, L and U (of A^T's factors where PyTorch factors
+the transpose: its backward reads them so), and ``linalg_solve_triangular`` is the substitution
+alone (``trsm``).
 
 The trade: a fixed call launches about three small kernels per row (``benchmarks/ops.py``:
 on the simulator, whose kernels are the CPU's, 64 4x4 inverses take longer fixed than through
@@ -16,7 +21,8 @@ the fallback); the fallback makes two copies and drains the GPU's queue. Only sy
 :data:`LARGEST` rows are fixed; larger ones go through the CPU as DirectML's fallback would
 (counted as fallbacks), as do ``left=False``, ``check_errors=True`` and dtypes other than
 float32 and float64; ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all
-of them there. ``svd``, ``eigh``, ``qr``, ``det`` are not covered.
+of them there. ``svd``, ``eigh``, ``eigvals`` and ``qr`` are not covered: their
+iterations have no short composition, so they stay DirectML's CPU fallback (counted).
 """
 
 from __future__ import annotations
@@ -205,7 +211,112 @@ def _factors_the_transpose() -> bool:
     return _TRANSPOSED[0]
 
 
+def _lu_factor_ex(
+    a: torch.Tensor, *, pivot: bool = True, check_errors: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if not pivot or check_errors or not _small(a):
+        return _through_the_cpu(
+            "aten::linalg_lu_factor_ex.out",
+            torch.ops.aten.linalg_lu_factor_ex,
+            (a,),
+            pivot=pivot,
+            check_errors=check_errors,
+        )
+    record("fixed", "aten::linalg_lu_factor_ex.out")
+    return _factor(a)
+
+
+def _lu_unpack(
+    lu: torch.Tensor, pivots: torch.Tensor, unpack_data: bool = True, unpack_pivots: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    m, n = (lu.shape[-2], lu.shape[-1]) if lu.dim() >= 2 else (0, 0)
+    if lu.dtype not in _FLOATS or not 0 < m <= LARGEST or n > LARGEST:
+        return _through_the_cpu(
+            "aten::lu_unpack.out",
+            torch.ops.aten.lu_unpack,
+            (lu, pivots),
+            unpack_data=unpack_data,
+            unpack_pivots=unpack_pivots,
+        )
+    record("fixed", "aten::lu_unpack.out")
+    k = min(m, n)
+    nothing = lu.new_empty(0)
+    lower = upper = permutation = nothing
+    if unpack_data:
+        lower = lu[..., :, :k].tril(-1)
+        lower.diagonal(dim1=-2, dim2=-1).fill_(1)
+        upper = lu[..., :k, :].triu()
+    if unpack_pivots:
+        # getrf's swaps applied in order to the identity are P^T of A = P L U.
+        rows = torch.zeros(m, m, dtype=lu.dtype, device=lu.device)
+        rows.diagonal().fill_(1)
+        rows = rows.expand(*pivots.shape[:-1], m, m).clone()
+        for j in range(pivots.shape[-1]):
+            _swap_rows(rows, j, pivots[..., j].long() - 1)
+        permutation = rows.mT
+    return permutation, lower, upper
+
+
+def _det(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if not _small(a):
+        return _through_the_cpu("aten::_linalg_det.result", torch.ops.aten._linalg_det, (a,))
+    record("fixed", "aten::_linalg_det.result")
+    # PyTorch factors A^T for a row-major real A (det(A^T) = det(A)), and its backward solves
+    # with those factors as A^T's.
+    lu, pivots, _ = _factor(a.mT if a.is_contiguous() else a)
+    n = a.shape[-1]
+    order = torch.arange(1, n + 1, dtype=pivots.dtype, device=a.device)
+    swaps = (pivots != order).sum(-1)
+    sign = 1 - 2 * (swaps % 2).to(a.dtype)
+    return sign * lu.diagonal(dim1=-2, dim2=-1).prod(-1), lu, pivots
+
+
+def _triangular(a: torch.Tensor, b: torch.Tensor, upper: bool, unitriangular: bool) -> torch.Tensor:
+    """``trsm``: X with ``A X = B``, A triangular (batches already broadcast)."""
+    n = a.shape[-1]
+    x = b.contiguous().clone()
+    rows = range(n - 1, -1, -1) if upper else range(n)
+    for i in rows:
+        row = slice(i, i + 1)
+        known = slice(i + 1, n) if upper else slice(0, i)
+        if known.start != known.stop:
+            x[..., row, :] -= a[..., row, known] @ x[..., known, :]
+        if not unitriangular:
+            x[..., row, :] /= a[..., row, row]
+    return x
+
+
+def _solve_triangular(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    upper: bool,
+    left: bool = True,
+    unitriangular: bool = False,
+) -> torch.Tensor:
+    if not _small(a) or b.dtype != a.dtype or b.dim() < 2:
+        return _through_the_cpu(
+            "aten::linalg_solve_triangular.out",
+            torch.ops.aten.linalg_solve_triangular,
+            (a, b),
+            upper=upper,
+            left=left,
+            unitriangular=unitriangular,
+        )
+    record("fixed", "aten::linalg_solve_triangular.out")
+    if not left:  # X A = B is A^T X^T = B^T, A^T triangular the other way
+        a, b, upper = a.mT, b.mT, not upper
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    n, k = a.shape[-1], b.shape[-1]
+    x = _triangular(a.expand(*batch, n, n), b.expand(*batch, n, k), upper, unitriangular)
+    return x if left else x.mT
+
+
 KERNELS = (
+    Kernel("linalg_lu_factor_ex", _lu_factor_ex, "fallback"),
+    Kernel("_linalg_det", _det, "fallback"),
+    Kernel("lu_unpack", _lu_unpack, "fallback"),
+    Kernel("linalg_solve_triangular", _solve_triangular, "fallback"),
     Kernel("linalg_inv_ex", _inv_ex, "fallback"),
     Kernel("_linalg_solve_ex", _solve_ex, "fallback"),
     Kernel("linalg_lu_solve", _lu_solve, "fallback"),

@@ -1,11 +1,15 @@
-"""``var_mean`` and ``cumprod``, which torch-directml 0.2.5 runs on the CPU, on the device.
+"""``var_mean``, ``std``, ``amin``, ``aminmax`` and ``cumprod``, which torch-directml 0.2.5 runs
+on the CPU, on the device.
 
 ``var_mean`` is how several normalisation layers and ``torch.std_mean``-style statistics are
 computed (microsoft/DirectML#536); it is ``var`` and ``mean``, both native. ``cumprod`` builds
 diffusion schedules and attention decays (#437); it is computed as a parallel prefix product
 (``log2(n)`` multiplications of shifted halves), whose rounding differs from the CPU's running
-product by float32 rounding only.
-"""
+product by float32 rounding only. ``std`` (Demucs normalises every input by it) is the square
+root of ``var``, as the CPU kernel computes it. ``amin`` (DirectML has ``amax`` but not its
+twin; geometry code takes the smallest coordinate of every box and point set) is ``min`` over
+one dimension at a time, which propagates NaN as ``amin`` does; ``aminmax`` (kornia's range
+checks) is that ``amin`` and DirectML's ``amax``."""
 
 from __future__ import annotations
 
@@ -28,6 +32,99 @@ def _var_mean(
     variance = torch.var(self, dim, correction=correction, keepdim=keepdim)
     mean = torch.mean(self, dim, keepdim=keepdim)
     return variance, mean
+
+
+def _std_out(
+    self: torch.Tensor,
+    dim: Optional[list[int]] = None,
+    *,
+    correction: Optional[Union[int, float]] = None,
+    keepdim: bool = False,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    record("fixed", "aten::std.correction_out")
+    return into(out, torch.var(self, dim, correction=correction, keepdim=keepdim).sqrt())
+
+
+def _std(
+    self: torch.Tensor,
+    dim: Optional[list[int]] = None,
+    *,
+    correction: Optional[Union[int, float]] = None,
+    keepdim: bool = False,
+) -> torch.Tensor:
+    out = self.new_empty(0, dtype=self.dtype.to_real())
+    return _std_out(self, dim, correction=correction, keepdim=keepdim, out=out)
+
+
+def _reduced_dims(self: torch.Tensor, dim: Optional[list[int]], name: str) -> list[int]:
+    """The dimensions ``amin``/``aminmax`` reduce (all for none), each checked non-empty."""
+    rank = self.dim()
+    bound = max(rank, 1)  # a 0-dim tensor has dimension 0 (and -1)
+    for d in dim or ():
+        if not -bound <= d < bound:
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-bound}, {bound - 1}], "
+                f"but got {d})"
+            )
+    dims = sorted({d % rank for d in dim} if dim and rank else range(rank))
+    for d in dims:
+        if self.shape[d] == 0:
+            raise IndexError(f"{name}: Expected reduction dim {d} to have non-zero size.")
+    return dims
+
+
+def _smallest(self: torch.Tensor, dims: list[int], keepdim: bool) -> torch.Tensor:
+    """``min`` over one dimension at a time (native; NaN wins, as in ``amin``)."""
+    result = self
+    for d in dims:
+        result = result.min(d, keepdim=True).values
+    if not keepdim:
+        for d in reversed(dims):
+            result = result.squeeze(d)
+    return result if result is not self else self.clone()
+
+
+def _amin_out(
+    self: torch.Tensor, dim: Optional[list[int]] = None, keepdim: bool = False, *, out: torch.Tensor
+) -> torch.Tensor:
+    dims = _reduced_dims(self, dim, "amin()")
+    record("fixed", "aten::amin.out")
+    return into(out, _smallest(self, dims, keepdim))
+
+
+def _amin(
+    self: torch.Tensor, dim: Optional[list[int]] = None, keepdim: bool = False
+) -> torch.Tensor:
+    return _amin_out(self, dim, keepdim, out=self.new_empty(0))
+
+
+def _aminmax_out(
+    self: torch.Tensor,
+    *,
+    dim: Optional[int] = None,
+    keepdim: bool = False,
+    min: torch.Tensor,
+    max: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if self.numel() == 0 and dim is None:
+        raise RuntimeError(
+            "aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
+            "identity."
+        )
+    dims = _reduced_dims(self, None if dim is None else [dim], "aminmax")
+    record("fixed", "aten::aminmax.out")
+    # amax is DirectML's own; amin is composed as above.
+    largest = torch.amax(self, dims, keepdim) if dims else self.clone()
+    return into(min, _smallest(self, dims, keepdim)), into(max, largest)
+
+
+def _aminmax(
+    self: torch.Tensor, *, dim: Optional[int] = None, keepdim: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _aminmax_out(
+        self, dim=dim, keepdim=keepdim, min=self.new_empty(0), max=self.new_empty(0)
+    )
 
 
 def _result_dtype(self: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.dtype:
@@ -71,6 +168,12 @@ def _cumprod_(self: torch.Tensor, dim: int, *, dtype: Optional[torch.dtype] = No
 
 KERNELS = (
     Kernel("var_mean.correction", _var_mean, "fallback"),
+    Kernel("std.correction_out", _std_out, "fallback"),
+    Kernel("std.correction", _std, "fallback"),
+    Kernel("amin.out", _amin_out, "fallback"),
+    Kernel("amin", _amin, "fallback"),
+    Kernel("aminmax.out", _aminmax_out, "fallback"),
+    Kernel("aminmax", _aminmax, "fallback"),
     Kernel("cumprod.out", _cumprod_out, "fallback"),
     Kernel("cumprod", _cumprod, "fallback"),
     Kernel("cumprod_", _cumprod_, "fallback"),
