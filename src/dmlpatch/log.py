@@ -6,6 +6,8 @@ import _thread  # threading.Lock and RLock are these; importing threading costs 
 import os
 import sys
 
+from dmlpatch.environment_variables import DMLPATCH_DEBUG, DMLPATCH_VERBOSE
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable, Optional
@@ -16,11 +18,11 @@ _lock = _thread.allocate_lock()
 
 def verbose() -> bool:
     """``-v`` on the command line or ``DMLPATCH_DEBUG=1`` / ``DMLPATCH_VERBOSE=1``."""
-    return os.environ.get("DMLPATCH_VERBOSE") == "1" or debug_enabled()
+    return os.environ.get(DMLPATCH_VERBOSE) == "1" or debug_enabled()
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("DMLPATCH_DEBUG") == "1"
+    return os.environ.get(DMLPATCH_DEBUG) == "1"
 
 
 #: Where lines go instead of stderr while another tool holds it (pytest's capture would put

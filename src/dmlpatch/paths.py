@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from dmlpatch.environment_variables import DMLPATCH_CACHE_DIR
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
@@ -22,7 +24,7 @@ def cache_directory() -> str:
     Not created here: callers create what they need and fall back when they cannot. A plain
     string, because the start-up path avoids importing pathlib.
     """
-    explicit = os.environ.get("DMLPATCH_CACHE_DIR")
+    explicit = os.environ.get(DMLPATCH_CACHE_DIR)
     if explicit:
         return explicit
     xdg = os.environ.get("XDG_CACHE_HOME")
@@ -60,7 +62,7 @@ def cache_subdirectory(name: str, create: bool = True) -> Optional[str]:
 
         log.warn_once(
             f"cache:{root}",
-            f"cache directory {root} is not used: {problem}; set DMLPATCH_CACHE_DIR to a "
+            f"cache directory {root} is not used: {problem}; set {DMLPATCH_CACHE_DIR} to a "
             "directory of yours that only you can write",
         )
         _subdirectories[key] = None

@@ -1,64 +1,19 @@
-"""What dmlpatch did in this process: patches applied, device chosen, and device counters."""
+"""The run's report: what dmlpatch did in this process (``dmlpatch.record``), the device it
+chose, where compute ran and the device's counters, assembled as JSON-able data and written at
+exit (``--report``)."""
 
 from __future__ import annotations
 
-import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import os
 import sys
 
+from dmlpatch import record
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any
 
-_lock = _thread.allocate_lock()
-_rewrites: list[dict[str, Any]] = []
-_wraps: list[dict[str, Any]] = []
-_skipped: list[dict[str, Any]] = []
-_aliases: list[dict[str, Any]] = []
-
-#: The pseudo-spec names of what no patch spec named: the program's main script, and modules
-#: rewritten (or left alone) by discovery.
 #: Where a run's report goes (``--report=FILE`` sets it for the program's children).
-REPORT_VAR = "DMLPATCH_REPORT"
-MAIN = "__main__"
-DISCOVERED = "discovered"
-
-
-def record_rewrite(spec: str, module: str, sites: int, cached: bool) -> None:
-    """A module was compiled with its CUDA sites rewritten (``cached``: from the bytecode cache)."""
-    with _lock:
-        _rewrites.append({"spec": spec, "module": module, "sites": sites, "cached": cached})
-
-
-def record_wrap(spec: str, target: str) -> None:
-    """A function-level fix was applied to ``target`` (``module:qualname``)."""
-    with _lock:
-        _wraps.append({"spec": spec, "target": target})
-
-
-def record_unwrap(spec: str, target: str) -> None:
-    with _lock:
-        _wraps[:] = [w for w in _wraps if not (w["spec"] == spec and w["target"] == target)]
-
-
-def record_alias(spec: str, alias: str, real: str) -> None:
-    """A missing module was provided as an alias of its renamed successor."""
-    with _lock:
-        _aliases.append({"spec": spec, "alias": alias, "module": real})
-
-
-def record_skip(spec: str, module: Optional[str], reason: str) -> None:
-    """A spec or one of its modules was left untouched (stale, wrong version, imported early)."""
-    with _lock:
-        _skipped.append({"spec": spec, "module": module, "reason": reason})
-
-
-def module_fates() -> tuple[set[str], dict[str, str]]:
-    """The modules rewritten so far, and those left alone with the reason why."""
-    with _lock:
-        rewritten = {entry["module"] for entry in _rewrites}
-        skipped = {e["module"]: e["reason"] for e in _skipped if e["module"] is not None}
-    return rewritten, skipped
 
 
 def snapshot() -> dict[str, Any]:
@@ -77,46 +32,42 @@ def snapshot() -> dict[str, Any]:
     patches: dict[str, dict[str, Any]] = {}
     rewritten: list[dict[str, Any]] = []
     unrewritten: list[dict[str, Any]] = []
-    with _lock:
-        for entry in _rewrites:
-            by = {MAIN: "main script", DISCOVERED: DISCOVERED}.get(entry["spec"], "spec")
-            rewritten.append(
-                {
-                    "module": entry["module"],
-                    "sites": entry["sites"],
-                    "cached": entry["cached"],
-                    "by": by,
-                    **({"spec": entry["spec"]} if by == "spec" else {}),
-                }
-            )
-            if entry["spec"] == DISCOVERED:
-                continue
-            spec = patches.setdefault(
-                entry["spec"], {"modules": [], "functions": [], "skipped": []}
-            )
-            spec["modules"].append(
-                {"module": entry["module"], "sites": entry["sites"], "cached": entry["cached"]}
-            )
-        for entry in _wraps:
-            spec = patches.setdefault(
-                entry["spec"], {"modules": [], "functions": [], "skipped": []}
-            )
-            spec["functions"].append(entry["target"])
-        for entry in _aliases:
-            spec = patches.setdefault(
-                entry["spec"], {"modules": [], "functions": [], "skipped": []}
-            )
-            spec.setdefault("aliases", []).append(
-                {"alias": entry["alias"], "module": entry["module"]}
-            )
-        for entry in _skipped:
-            if entry["spec"] == DISCOVERED:
-                unrewritten.append({"module": entry["module"], "reason": entry["reason"]})
-                continue
-            spec = patches.setdefault(
-                entry["spec"], {"modules": [], "functions": [], "skipped": []}
-            )
-            spec["skipped"].append({"module": entry["module"], "reason": entry["reason"]})
+    recorded = record.Entries()
+
+    def spec_entry(name: str) -> dict[str, Any]:
+        return patches.setdefault(name, {"modules": [], "functions": [], "skipped": []})
+
+    for entry in recorded.rewrites:
+        by = {record.MAIN: "main script", record.DISCOVERED: record.DISCOVERED}.get(
+            entry["spec"], "spec"
+        )
+        rewritten.append(
+            {
+                "module": entry["module"],
+                "sites": entry["sites"],
+                "cached": entry["cached"],
+                "by": by,
+                **({"spec": entry["spec"]} if by == "spec" else {}),
+            }
+        )
+        if entry["spec"] == record.DISCOVERED:
+            continue
+        spec = spec_entry(entry["spec"])
+        spec["modules"].append(
+            {"module": entry["module"], "sites": entry["sites"], "cached": entry["cached"]}
+        )
+    for entry in recorded.wraps:
+        spec = spec_entry(entry["spec"])
+        spec["functions"].append(entry["target"])
+    for entry in recorded.aliases:
+        spec = spec_entry(entry["spec"])
+        spec.setdefault("aliases", []).append({"alias": entry["alias"], "module": entry["module"]})
+    for entry in recorded.skipped:
+        if entry["spec"] == record.DISCOVERED:
+            unrewritten.append({"module": entry["module"], "reason": entry["reason"]})
+            continue
+        spec = spec_entry(entry["spec"])
+        spec["skipped"].append({"module": entry["module"], "reason": entry["reason"]})
     data: dict[str, Any] = {
         "device": resolution.device if resolution else None,
         "backend": resolution.backend if resolution else None,
@@ -173,9 +124,9 @@ def _unselected() -> str:
 
 
 def _scope() -> str:
-    from dmlpatch.rewriting import discovery
+    from dmlpatch.rewriting import scope
 
-    return discovery.configured_scope()
+    return scope.configured_scope()
 
 
 def check_destination(destination: str) -> None:

@@ -4,7 +4,7 @@ Each ``.py`` file under the interpreter's purelib (torch, torchvision, numpy, th
 libraries, ...) that may hold a site goes through what the import hook does with a target:
 ``rewrite`` then ``compile`` of the tree. The others (nine in ten: no ``cuda``, no
 ``inference_mode``) cannot break, because the hook hands them to the normal compiler untouched
-(``hook.may_have_sites``); they are counted, not compiled. Files the normal compiler rejects
+(``rules.may_have_sites``); they are counted, not compiled. Files the normal compiler rejects
 (another Python's syntax) are counted and skipped. For the rest:
 
 - the rewritten tree compiles;
@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from corpus._harness import accelerator
 from dmlpatch.devices import resolution
-from dmlpatch.rewriting.hook import may_have_sites
+from dmlpatch.rewriting.rules import may_have_sites
 from dmlpatch.rewriting.runtime import ALIAS, KEPT_ALIAS
 from dmlpatch.rewriting.sites import Rewritten, rewrite
 

@@ -14,14 +14,14 @@ import torch
 from corpus._harness import accelerator, cpu
 from dmlpatch import log
 from dmlpatch.devices import adapters, resolution
-from dmlpatch.rewriting import amp, cuda_api, runtime
+from dmlpatch.rewriting import amp, cuda_api, cuda_device, runtime
 
 
 @pytest.fixture
 def on(monkeypatch: pytest.MonkeyPatch) -> Callable[[resolution.Resolution], None]:
     def use(target: resolution.Resolution) -> None:
         monkeypatch.setattr(resolution, "current", lambda: target)
-        monkeypatch.setattr(runtime, "_current_ordinal", 0)
+        monkeypatch.setattr(cuda_device, "_current_ordinal", 0)
 
     return use
 

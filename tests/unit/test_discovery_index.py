@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlpatch.rewriting import discovery, freshness, hook
+from dmlpatch.rewriting import discovery, freshness, rules
 from dmlpatch.rewriting.discovery import Verdict
 
 
@@ -33,8 +33,8 @@ def test_verdicts_of_earlier_rules_are_not_trusted(
     index = discovery._Index(str(path))
     index.put("/src/_array_api.py", (10, 20), bytes(8), Verdict(2, ()))
     index.flush()
-    assert marshal.loads(path.read_bytes())[0] == (2, hook.GENERATION)
-    monkeypatch.setattr(discovery, "_FORMAT", (2, hook.GENERATION + 1))
+    assert marshal.loads(path.read_bytes())[0] == (2, rules.GENERATION)
+    monkeypatch.setattr(discovery, "_FORMAT", (2, rules.GENERATION + 1))
     assert discovery._Index(str(path)).get("/src/_array_api.py", (10, 20)) is None
 
 

@@ -104,8 +104,8 @@ def _reference(text: str) -> object:
     match = _SPEC.match(text.strip())
     if match is None:
         return "unknown"
-    kind = match.group("kind").lower()
-    kind = "dml" if kind == "privateuseone" else kind
+    typed = match.group("kind").lower()
+    kind = "dml" if typed == "privateuseone" else typed
     selector = match.group("selector")
     if selector is None:
         return (kind, (), None)
@@ -120,7 +120,7 @@ def _reference(text: str) -> object:
         if kind in ("cuda", "xpu") and len(indices) > 1:
             return "several"
         return (kind, indices, None)
-    if kind != "dml":
+    if typed != "dml":  # privateuseone:N is dml:N, but only dml takes an adapter name
         return "name"
     return (kind, (), selector)
 

@@ -27,16 +27,18 @@ import traceback
 from typing import Any, NamedTuple, Optional
 
 from dmlpatch import log
+from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SIM_PROFILE, DMLPATCH_TRACE
 from dmlpatch.errors import UsageError
+from dmlpatch.gaps.profiles import DEFAULT_PROFILE
 
-USAGE = """\
+USAGE = f"""\
 usage: dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--verify]
                       script.py [args...]
        dmlpatch check [options] -m module [args...]
 
 options:
   --device sim|dml  the simulated DirectML device (default) or a real DirectML adapter
-  --profile NAME    the simulated device's DirectML release (default torch-directml-0.2.5)
+  --profile NAME    the simulated device's DirectML release (default {DEFAULT_PROFILE})
   --json FILE       also write the table and verdict as JSON (for CI)
   --verify          run every device operator on the CPU too; report the first that differs
   --scope SCOPE     where CUDA sites are rewritten: all (default), project, specs
@@ -96,11 +98,10 @@ def main(arguments: list[str]) -> int:
         from dmlpatch.gaps import profiles
 
         profiles.resolve(options.profile)  # one-line error for an unknown name
-        os.environ[profiles.PROFILE_ENV] = options.profile
-    os.environ["DMLPATCH_TRACE"] = "1"  # first-call stacks from the simulated device
-    from dmlpatch.patching import engine
+        os.environ[DMLPATCH_SIM_PROFILE] = options.profile
+    os.environ[DMLPATCH_TRACE] = "1"  # first-call stacks from the simulated device
 
-    os.environ.pop(engine.DISABLE_VAR, None)
+    os.environ.pop(DMLPATCH_DISABLE, None)
     from dmlpatch.placement import session
 
     session.by_operators()
@@ -157,13 +158,13 @@ def _start(backend: str, verify: bool) -> tuple[Optional[str], Any, Any]:
         profile: Optional[str] = sim.profile()
         sim.reset_counters()
     else:
-        from dmlpatch import opfix
         from dmlpatch._metadata import version_of
+        from dmlpatch.gaps import profiles
 
-        profile = opfix.profile_for_release(version_of("torch-directml"))
+        profile = profiles.profile_for_release(version_of("torch-directml"))
         from dmlpatch.opfix.observer import Observer
 
-        observer = Observer(profile or "torch-directml-0.2.5")
+        observer = Observer(profile or profiles.DEFAULT_PROFILE)
         observer.__enter__()
     if verify:
         from dmlpatch.opfix.shadow import Shadow
@@ -277,8 +278,8 @@ def judge(
             known = f" (known failure {first.known_failure}; {entry.fix}: {entry.remedy})"
         return Outcome(1, "fails", f"would fail: {first.op}{where}{known}", first.known_failure)
     if divergence is not None:
-        where = first_frame("".join(traceback.format_list(list(divergence.stack))))
-        at = f" at {where}" if where else ""
+        frame = first_frame("".join(traceback.format_list(list(divergence.stack))))
+        at = f" at {frame}" if frame else ""
         return Outcome(
             1,
             "diverges",
@@ -296,13 +297,14 @@ def judge(
         reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
         from dmlpatch.gaps import catalogue
 
-        known = catalogue.for_error(reason)
-        if known is not None:
+        failure = catalogue.for_error(reason)
+        if failure is not None:
             return Outcome(
                 1,
                 "fails",
-                f"would fail: {reason} (known failure {known.key}; {known.fix}: {known.remedy})",
-                known.key,
+                f"would fail: {reason} (known failure {failure.key}; {failure.fix}: "
+                f"{failure.remedy})",
+                failure.key,
             )
         return Outcome(1, "error", f"the program failed for another reason: {reason}")
     on_cpu = _on_cpu(compute)
@@ -380,11 +382,11 @@ def _print(
             )
             for r in rows
         ]
-        widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-        for line in table:
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
             cells = [
                 cell.rjust(widths[i]) if 2 <= i <= 4 else cell.ljust(widths[i])
-                for i, cell in enumerate(line)
+                for i, cell in enumerate(row)
             ]
             out.write("  " + "  ".join(cells).rstrip() + "\n")
     elif sum(counters["ops"].get("native", {}).values()):

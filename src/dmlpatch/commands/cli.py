@@ -19,6 +19,16 @@ import sys
 
 from dmlpatch import log
 from dmlpatch._version import __version__
+from dmlpatch.environment_variables import (
+    DMLPATCH_ACCOUNTING,
+    DMLPATCH_BF16,
+    DMLPATCH_DEBUG,
+    DMLPATCH_DEVICE,
+    DMLPATCH_DISABLE,
+    DMLPATCH_QUIET,
+    DMLPATCH_REPORT,
+    DMLPATCH_SCOPE,
+)
 from dmlpatch.errors import DmlpatchError, UsageError
 
 TYPE_CHECKING = False
@@ -26,7 +36,7 @@ if TYPE_CHECKING:
     import argparse
     from typing import Callable, NoReturn, Optional
 
-USAGE = """\
+USAGE = f"""\
 usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args...]
        python -m dmlpatch [options] -m module [args...]
        dmlpatch run [options] COMMAND [args...]      run a console script such as yolo
@@ -44,19 +54,19 @@ Every command answers --help.
 
 options:
   --device SPEC     auto (default), dml, dml:N, dml:NAME, privateuseone:N, sim, cpu, cuda, ...
-                    also read from $DMLPATCH_DEVICE
+                    also read from ${DMLPATCH_DEVICE}
   --scope SCOPE     where CUDA sites are rewritten: all (default: every module but the standard
                     library and torch's own), project (the program's own modules: outside
                     site-packages), specs (the main script and the modules specs name);
-                    also read from $DMLPATCH_SCOPE
+                    also read from ${DMLPATCH_SCOPE}
   --bf16 DTYPE      what bfloat16 runs as on DirectML, which has none: float32 (default:
-                    exact) or float16 (half the memory); also read from $DMLPATCH_BF16
-  --report[=FILE]   at exit, print (or write) a JSON summary; also $DMLPATCH_REPORT=FILE
-  -v, --verbose     say what is patched; DMLPATCH_DEBUG=1 also shows dmlpatch tracebacks
+                    exact) or float16 (half the memory); also read from ${DMLPATCH_BF16}
+  --report[=FILE]   at exit, print (or write) a JSON summary; also ${DMLPATCH_REPORT}=FILE
+  -v, --verbose     say what is patched; {DMLPATCH_DEBUG}=1 also shows dmlpatch tracebacks
   --version         print dmlpatch's version
 
 At exit, one warning line when most model compute ran on the CPU although an accelerator was
-selected; DMLPATCH_QUIET=1 keeps it to itself, DMLPATCH_ACCOUNTING=0 stops the counting.
+selected; {DMLPATCH_QUIET}=1 keeps it to itself, {DMLPATCH_ACCOUNTING}=0 stops the counting.
 """
 
 RUN_USAGE = """\
@@ -173,9 +183,9 @@ def _activate(arguments: list[str]) -> int:
     parser = _parser(
         "activate",
         "Start dmlpatch in every Python process of this environment: writes "
-        "dmlpatch-activate.pth into\nsite-packages. DMLPATCH_DISABLE=1 turns it off for one "
+        f"dmlpatch-activate.pth into\nsite-packages. {DMLPATCH_DISABLE}=1 turns it off for one "
         "process; dmlpatch deactivate removes it.\nTheir scripts, own modules and libraries are "
-        "rewritten as under python -m dmlpatch; set\nDMLPATCH_SCOPE=project or specs in their "
+        f"rewritten as under python -m dmlpatch; set\n{DMLPATCH_SCOPE}=project or specs in their "
         "environment for less.",
     )
     parser.add_argument(
@@ -195,8 +205,8 @@ def _activate(arguments: list[str]) -> int:
     def refuse(argument: str) -> str:
         if argument.partition("=")[0] == "--scope":
             return (
-                "activate takes only --device and --pin; for a narrower scope set DMLPATCH_SCOPE "
-                "in the environment the programs run in"
+                "activate takes only --device and --pin; for a narrower scope set "
+                f"{DMLPATCH_SCOPE} in the environment the programs run in"
             )
         return _takes_only("activate", "--device and --pin")(argument)
 
@@ -236,7 +246,6 @@ def _deactivate(arguments: list[str]) -> int:
 
 
 def _status(arguments: list[str]) -> int:
-    from dmlpatch.devices import resolution
     from dmlpatch.pinning import pin as pinning
     from dmlpatch.startup import activation
 
@@ -256,8 +265,8 @@ def _status(arguments: list[str]) -> int:
         "pth": str(activation.pth_path()),
         "device": device,
         "stale": stale,
-        "environment_device": os.environ.get(resolution.ENV_VAR),
-        "disabled": os.environ.get("DMLPATCH_DISABLE") == "1",
+        "environment_device": os.environ.get(DMLPATCH_DEVICE),
+        "disabled": os.environ.get(DMLPATCH_DISABLE) == "1",
         "pin": pinning.describe(),
     }
     if options.json:

@@ -16,6 +16,12 @@ import sys
 from typing import Any, NamedTuple, Optional
 
 from dmlpatch import _metadata
+from dmlpatch.environment_variables import (
+    DMLPATCH_CACHE_DIR,
+    DMLPATCH_DEVICE,
+    DMLPATCH_DISABLE,
+    DMLPATCH_PATCHES,
+)
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
@@ -44,13 +50,13 @@ def _local_specs() -> list[Check]:
     try:
         found = specs.local_specs()
     except SpecError as error:
-        return [Check("patches", FAIL, str(error), "fix the spec, or unset DMLPATCH_PATCHES")]
+        return [Check("patches", FAIL, str(error), f"fix the spec, or unset {DMLPATCH_PATCHES}")]
     return [
         Check(
             "patches",
             WARN if replacing else OK,
             specs.describe_local(spec, replacing),
-            "unset DMLPATCH_PATCHES to use dmlpatch's own" if replacing else None,
+            f"unset {DMLPATCH_PATCHES} to use dmlpatch's own" if replacing else None,
             details={"spec": spec.name, "origin": spec.origin, "replaces": replacing},
         )
         for spec, replacing in found
@@ -85,7 +91,7 @@ def _versions() -> list[Check]:
     torch = _metadata.version_of("torch")
     vision = _metadata.version_of("torchvision")
     directml = _metadata.version_of("torch-directml")
-    details = {"torch": torch, "torchvision": vision, "torch-directml": directml}
+    details: dict[str, Any] = {"torch": torch, "torchvision": vision, "torch-directml": directml}
     listed = ", ".join(f"{k} {v or 'not installed'}" for k, v in details.items())
     if torch is None:
         return [Check("versions", FAIL, listed, "pip install torch", details)]
@@ -334,19 +340,19 @@ def _targets(import_them: bool) -> list[Check]:
     modules = [_top_level(spec) for spec, _ in installed]
     # Importing the libraries takes seconds each: all at once, and patched only where needed.
     plain = _imports(modules) if import_them else [None] * len(modules)
-    failing = [m for m, error in zip(modules, plain) if error is not None]
+    failing = [m for m, failure in zip(modules, plain) if failure is not None]
     patched = dict(zip(failing, _imports(failing, patched=True)))
     checks = []
-    for (spec, version), module, error in zip(installed, modules, plain):
+    for (spec, version), module, failure in zip(installed, modules, plain):
         covered = spec.versions.contains(version, prereleases=True)
         message = f"{spec.distribution} {version}: spec {spec.name!r} " + (
             "covers it" if covered else f"is for {spec.versions}: runs unpatched"
         )
         status = OK if covered else WARN
         details: dict[str, Any] = {"spec": spec.name}
-        if error is not None and patched.get(module) is None:
-            message += f"; plain import fails ({error}), dmlpatch bridges it"
-        elif error is not None:
+        if failure is not None and patched.get(module) is None:
+            message += f"; plain import fails ({failure}), dmlpatch bridges it"
+        elif failure is not None:
             status = FAIL
             known = _recognised(patched[module] or "")
             message += f"; import fails even with dmlpatch: {patched[module]}" + _known(known)
@@ -381,11 +387,9 @@ def _top_level(spec: Any) -> str:
 
 def _imports(modules: list[str], patched: bool = False) -> list[Optional[str]]:
     """For each module, None when it imports in a fresh process, else its last error line."""
-    from dmlpatch.devices import resolution
-    from dmlpatch.patching import engine
 
-    env = {k: v for k, v in os.environ.items() if k != resolution.ENV_VAR}
-    env[engine.DISABLE_VAR] = "0" if patched else "1"
+    env = {k: v for k, v in os.environ.items() if k != DMLPATCH_DEVICE}
+    env[DMLPATCH_DISABLE] = "0" if patched else "1"
     prefix = (
         "import dmlpatch.patching.engine; dmlpatch.patching.engine.install('cpu'); "
         if patched
@@ -472,7 +476,7 @@ def _cache() -> Check:
             "cache",
             WARN,
             f"{root} is not used: {problem}, so it could hold another user's code",
-            "set DMLPATCH_CACHE_DIR to a directory of yours that only you can write",
+            f"set {DMLPATCH_CACHE_DIR} to a directory of yours that only you can write",
             details={"path": root, "bytes": total},
         )
     return Check(

@@ -53,6 +53,8 @@ def _device_module(backend: str) -> Any:
 
 
 def _registry_memory(name: str) -> Optional[int]:
+    if sys.platform != "win32":
+        return None
     try:
         import winreg
     except ImportError:

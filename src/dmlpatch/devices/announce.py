@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from dmlpatch import log
+from dmlpatch.environment_variables import DMLPATCH_ANNOUNCE_RANK_ZERO
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 #: Set by the runner for its children: torchrun's rank-0 worker speaks for the job (the
 #: launcher itself never touches a device).
-RANK_ZERO_VAR = "DMLPATCH_ANNOUNCE_RANK_ZERO"
 
 _pending: Optional[str] = None
 _announced = False
@@ -79,7 +79,9 @@ def _worker() -> bool:
 
 def rank_zero_worker() -> bool:
     """Whether this process is the local-rank-0 torchrun worker of a runner's job."""
-    return os.environ.get("LOCAL_RANK") == "0" and os.environ.get(RANK_ZERO_VAR) == "1"
+    return (
+        os.environ.get("LOCAL_RANK") == "0" and os.environ.get(DMLPATCH_ANNOUNCE_RANK_ZERO) == "1"
+    )
 
 
 def on_first_use(line: str) -> None:

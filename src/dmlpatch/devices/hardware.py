@@ -57,8 +57,8 @@ def _amd(name: str) -> Optional[Family]:
     if integrated:
         # Ryzen graphics: 610M-680M are RDNA 2, 740M-780M RDNA 3, 880M/890M/8060S RDNA 3.5.
         number = int(integrated.group(1))
-        generation = "2" if number < 700 else "3" if number < 800 else "3.5"
-        return Family(f"AMD RDNA {generation} (integrated)", _ROCM, "rocm")
+        release = "2" if number < 700 else "3" if number < 800 else "3.5"
+        return Family(f"AMD RDNA {release} (integrated)", _ROCM, "rocm")
     if "VEGA" in name.upper() or "RADEON VII" in name.upper():
         return Family("AMD Vega", _DIRECTML, None)
     if re.search(r"\b(R[579]\s*\d{3}|HD\s*[78]\d{3}|FURY|NANO)\b", name, re.IGNORECASE):

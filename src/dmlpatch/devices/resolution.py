@@ -13,6 +13,7 @@ from __future__ import annotations
 import _thread  # threading.Lock and RLock are these; importing threading costs start-up
 import os
 
+from dmlpatch.environment_variables import DMLPATCH_DEVICE
 from dmlpatch.errors import DeviceUnavailable, UsageError
 
 TYPE_CHECKING = False
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 else:
     from dmlpatch._tuple import NamedTuple
 
-ENV_VAR = "DMLPATCH_DEVICE"
 
 # Parsed by hand: ``re`` costs every process of an activated environment milliseconds.
 _KINDS = frozenset({"auto", "dml", "privateuseone", "sim", "cpu", "cuda", "mps", "xpu"})
@@ -150,7 +150,7 @@ def configure(spec: Optional[str]) -> None:
 
 
 def configured_spec() -> str:
-    return _configured or os.environ.get(ENV_VAR) or "auto"
+    return _configured or os.environ.get(DMLPATCH_DEVICE) or "auto"
 
 
 def current() -> Resolution:

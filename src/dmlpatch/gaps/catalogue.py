@@ -33,6 +33,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional
 
+from dmlpatch.environment_variables import DMLPATCH_BF16, DMLPATCH_SIM_FAULT, DMLPATCH_SIM_FLOAT64
+
 SIMULATED = ("rule", "quirk", "op list", "pytorch", "opt-in", "no")
 FIXES = ("kernel", "rewrite", "spec", "start-up", "command", "none", "cannot", "not in 0.2.5")
 
@@ -555,7 +557,7 @@ FAILURES: tuple[Failure, ...] = (
         "#438, #396, #398, #699; native library",
         ("aten::empty", "aten::full"),
         "opt-in",
-        "DMLPATCH_SIM_FLOAT64=0: has_float64_support() is False and a float64 device tensor "
+        f"{DMLPATCH_SIM_FLOAT64}=0: has_float64_support() is False and a float64 device tensor "
         "raises DirectML's text",
         "kernel",
         "dmlpatch.opfix.allocation: float64 runs as float32 on such an adapter, said once "
@@ -569,7 +571,7 @@ FAILURES: tuple[Failure, ...] = (
         "user reports, not pinned to a release",
         (),
         "opt-in",
-        "DMLPATCH_SIM_FAULT=drop-scalar-writes",
+        f"{DMLPATCH_SIM_FAULT}=drop-scalar-writes",
         "none",
         "dmlpatch check --verify compares every device operator with the CPU",
     ),
@@ -707,7 +709,7 @@ FAILURES: tuple[Failure, ...] = (
         "stops the process with it, a fatal log line of dml_util.cc)",
         "kernel",
         "dmlpatch.opfix.allocation: bfloat16 runs as float32 (exact), or as float16 with "
-        "DMLPATCH_BF16=float16 (half the memory, float16's range), said once; tensors read "
+        f"{DMLPATCH_BF16}=float16 (half the memory, float16's range), said once; tensors read "
         "as that dtype. Not covered: an operator asked for a bfloat16 result on the device "
         "(x.sum(dtype=torch.bfloat16)), empty_like/empty_strided with that dtype",
     ),

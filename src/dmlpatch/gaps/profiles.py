@@ -15,10 +15,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from dmlpatch.environment_variables import DMLPATCH_SIM_PROFILE
 from dmlpatch.errors import DeviceUnavailable
 
+#: The profile of the release DirectML users run today; the simulated device's default.
 DEFAULT_PROFILE = "torch-directml-0.2.5"
-PROFILE_ENV = "DMLPATCH_SIM_PROFILE"
+
+#: torch-directml releases and the profile that reproduces their gaps, oldest first. A release
+#: up to and including a listed one has that one's gaps; a release newer than all of them is
+#: assumed to keep the newest one's (no later release is known to close them, and a fix
+#: DirectML no longer needs only costs the composition of native kernels).
+DIRECTML_RELEASES: tuple[tuple[str, str], ...] = (("0.2.5.dev240914", DEFAULT_PROFILE),)
 
 ERRORS_MD = "the error strings of torch-directml 0.2.5's native library"
 
@@ -158,7 +165,7 @@ PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
         Profile(
-            "torch-directml-0.2.5",
+            DEFAULT_PROFILE,
             "torch-directml 0.2.5.dev240914 (torch 2.4.1): its op list, fallback and refusals",
             has_gaps=True,
             rules=RULES_0_2_5,
@@ -196,7 +203,7 @@ def names() -> list[str]:
 
 def resolve(name: str | None = None) -> Profile:
     """The profile named by ``name``, else ``$DMLPATCH_SIM_PROFILE``, else the default."""
-    chosen = name or os.environ.get(PROFILE_ENV) or DEFAULT_PROFILE
+    chosen = name or os.environ.get(DMLPATCH_SIM_PROFILE) or DEFAULT_PROFILE
     try:
         return PROFILES[chosen]
     except KeyError:
@@ -217,3 +224,19 @@ def refused_ops(name: str | None = None) -> frozenset[str]:
     :mod:`dmlpatch.opfix` asks this to install only the fixes a profile needs.
     """
     return frozenset(rule.op for rule in resolve(name).rules)
+
+
+def profile_for_release(version: str | None) -> str | None:
+    """The simulator profile describing a torch-directml release (None if not installed)."""
+    if version is None:
+        return None
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return DIRECTML_RELEASES[-1][1]
+    for release, profile in DIRECTML_RELEASES:
+        if wanted <= Version(release):
+            return profile
+    return DIRECTML_RELEASES[-1][1]

@@ -184,7 +184,7 @@ def _cached_index(cache: Path) -> OpIndex | None:
         isinstance(k, str) and isinstance(v, str) for k, v in delegates.items()
     ):
         return None
-    names, implicit, cpu_and_composite = (frozenset(x) for x in lists)
+    names, implicit, cpu_and_composite = (frozenset(x or ()) for x in lists)
     return OpIndex(names, delegates, implicit, cpu_and_composite)
 
 

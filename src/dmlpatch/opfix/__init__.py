@@ -49,32 +49,28 @@ cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the 
 
 A fix is installed only where the backend has the gap it fixes: on the simulated device per
 profile (:mod:`dmlpatch.gaps.profiles`), on real DirectML per torch-directml release
-(:data:`DIRECTML_RELEASES`). A fixed kernel that receives arguments DirectML handles itself
-passes them to DirectML's own kernel (through the operator's ``.out`` variant, which it
-registers), so only the calls DirectML would refuse or get wrong change path.
+(``dmlpatch.gaps.profiles.DIRECTML_RELEASES``). A fixed kernel that receives arguments
+DirectML handles itself passes them to DirectML's own kernel (through the operator's ``.out``
+variant, which it registers), so only the calls DirectML would refuse or get wrong change path.
 
 Every call a fix serves is counted as ``fixed`` through :func:`dmlpatch.opfix._accounting.record`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
 from typing import TYPE_CHECKING, NamedTuple, Optional
+
+from dmlpatch.environment_variables import DMLPATCH_CPU_OPS
 
 if TYPE_CHECKING:
     import torch
 
     from dmlpatch.opfix._kernel import Kernel
 
-CPU_OPS_ENV = "DMLPATCH_CPU_OPS"
-
-#: torch-directml releases and the simulator profile that reproduces their gaps, oldest first.
-#: A release up to and including a listed one has that one's gaps; a release newer than all
-#: of them is assumed to keep the newest one's (no later release is known to close them, and
-#: a fix DirectML no longer needs only costs the composition of native kernels).
-DIRECTML_RELEASES: tuple[tuple[str, str], ...] = (("0.2.5.dev240914", "torch-directml-0.2.5"),)
 
 #: The modules holding fixes, in installation order.
 FAMILIES = (
@@ -123,22 +119,6 @@ _library: Optional[torch.library.Library] = None
 _installed: Optional[Installed] = None
 #: Libraries of the fixes installed when their trigger fired.
 _triggered: list[torch.library.Library] = []
-
-
-def profile_for_release(version: Optional[str]) -> Optional[str]:
-    """The simulator profile describing a torch-directml release (None if not installed)."""
-    if version is None:
-        return None
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        wanted = Version(version)
-    except InvalidVersion:
-        return DIRECTML_RELEASES[-1][1]
-    for release, profile in DIRECTML_RELEASES:
-        if wanted <= Version(release):
-            return profile
-    return DIRECTML_RELEASES[-1][1]
 
 
 class Gaps(NamedTuple):
@@ -200,6 +180,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
     global _library, _installed
     import torch
 
+    from dmlpatch.gaps import profiles
     from dmlpatch.opfix import _accounting, cpu_ops
 
     with _lock:
@@ -209,10 +190,10 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
             profile: Optional[str] = profile_or_version
             _accounting.use_sim_counters()
         elif backend == "directml":
-            profile = profile_for_release(profile_or_version)
+            profile = profiles.profile_for_release(profile_or_version)
         else:
             raise ValueError(f"op fixes are for the sim and directml backends, not {backend!r}")
-        forced_ops = cpu_ops.resolve(os.environ.get(CPU_OPS_ENV, ""))
+        forced_ops = cpu_ops.resolve(os.environ.get(DMLPATCH_CPU_OPS, ""))
         forced_names = {op.name() for op in forced_ops}
         library = torch.library.Library("aten", "IMPL")
         fixes: list[str] = []
@@ -279,7 +260,7 @@ def _wait_for_triggers(waiting: dict[str, list[Kernel]]) -> None:
         dtype = getattr(torch, dtype_name)
         triggers.wait(dtype, chosen, install_now)
         watched(dtype, True)
-        triggers.when_fired(dtype, lambda dtype=dtype: watched(dtype, False))
+        triggers.when_fired(dtype, functools.partial(watched, dtype, False))
     sentinels.install()
 
 

@@ -24,10 +24,9 @@ from typing import Any, Callable, Optional
 import torch
 from torch.utils._pytree import tree_map
 
+from dmlpatch.environment_variables import DMLPATCH_CPU_OPS
 from dmlpatch.errors import UsageError
 from dmlpatch.opfix._accounting import record
-
-ENV = "DMLPATCH_CPU_OPS"
 
 #: Copies these kernels really made: direction -> [count, bytes].
 _made = {"d2h": [0, 0], "h2d": [0, 0]}
@@ -57,7 +56,9 @@ def parse(text: str) -> list[str]:
             continue
         namespace, sep, rest = entry.partition("::")
         if not sep or not namespace or not rest:
-            raise UsageError(f"{ENV}: {entry!r} is not an operator name like aten::index_add")
+            raise UsageError(
+                f"{DMLPATCH_CPU_OPS}: {entry!r} is not an operator name like aten::index_add"
+            )
         names.append(entry)
     return names
 
@@ -68,12 +69,14 @@ def _overloads(entry: str) -> list[torch._ops.OpOverload]:
     try:
         packet = getattr(getattr(torch.ops, namespace), name)
     except (AttributeError, RuntimeError):
-        raise UsageError(f"{ENV}: no operator named {entry!r}") from None
+        raise UsageError(f"{DMLPATCH_CPU_OPS}: no operator named {entry!r}") from None
     if overload:
         try:
             return [getattr(packet, overload)]
         except AttributeError:
-            raise UsageError(f"{ENV}: {namespace}::{name} has no overload {overload!r}") from None
+            raise UsageError(
+                f"{DMLPATCH_CPU_OPS}: {namespace}::{name} has no overload {overload!r}"
+            ) from None
     # A bare name covers every dispatcher overload of the operator and of its in-place twin
     # (aten::add: add.Tensor, add.out, add_.Tensor, ...); TorchScript-only overloads
     # (add.int, add.str) never see a tensor.
@@ -288,13 +291,13 @@ def resolve(text: str) -> list[torch._ops.OpOverload]:
             made_of = _MADE_OF.get(short)
             instead = f" ({made_of})" if made_of else " (those dmlpatch check lists)"
             raise UsageError(
-                f"{ENV}: {entry} never reaches the device: PyTorch composes it of other "
-                f"operators; name those instead{instead}"
+                f"{DMLPATCH_CPU_OPS}: {entry} never reaches the device: PyTorch composes it "
+                f"of other operators; name those instead{instead}"
             )
         else:
             raise UsageError(
-                f"{ENV}: {entry} cannot run on the CPU (it has no CPU kernel); accepted: "
-                "operators with a CPU kernel, and aten::convolution_overrideable / "
+                f"{DMLPATCH_CPU_OPS}: {entry} cannot run on the CPU (it has no CPU kernel); "
+                "accepted: operators with a CPU kernel, and aten::convolution_overrideable / "
                 "aten::convolution_backward_overrideable (the convolution)"
             )
     return chosen

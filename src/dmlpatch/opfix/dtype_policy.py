@@ -32,12 +32,12 @@ import os
 from typing import TYPE_CHECKING, Optional
 
 from dmlpatch import log
+from dmlpatch.environment_variables import DMLPATCH_BF16
 from dmlpatch.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
 
-BF16_ENV = "DMLPATCH_BF16"
 #: What bfloat16 can run as (``DMLPATCH_BF16`` / ``--bf16``), the default first.
 BF16_CHOICES = ("float32", "float16")
 
@@ -51,7 +51,7 @@ C10_NAMES = {
 }
 
 
-def parse_bf16(text: Optional[str], given_as: str = BF16_ENV + "=") -> str:
+def parse_bf16(text: Optional[str], given_as: str = DMLPATCH_BF16 + "=") -> str:
     """``DMLPATCH_BF16``'s (or ``--bf16``'s) value, float32 when unset; a one-line error
     otherwise. Needs no torch: the runner checks ``--bf16`` before the program starts."""
     if not text:
@@ -122,12 +122,12 @@ class Policy:
             log.say_once(
                 "dtype-bfloat16",
                 "bfloat16 runs as float32 on DirectML, which has no bfloat16 (exact: every "
-                f"bfloat16 value is a float32 one); {BF16_ENV}=float16 halves the memory",
+                f"bfloat16 value is a float32 one); {DMLPATCH_BF16}=float16 halves the memory",
             )
         else:
             log.say_once(
                 "dtype-bfloat16",
-                f"bfloat16 runs as float16 on DirectML, which has no bfloat16 ({BF16_ENV}="
+                f"bfloat16 runs as float16 on DirectML, which has no bfloat16 ({DMLPATCH_BF16}="
                 "float16: half the memory of float32, float16's range)",
             )
 
@@ -152,7 +152,7 @@ def configure(unsupported_names: frozenset[str], float64_everywhere: Optional[bo
     unsupported = frozenset(
         getattr(torch, C10_NAMES[n]) for n in unsupported_names if n in C10_NAMES
     )
-    bfloat16 = getattr(torch, parse_bf16(os.environ.get(BF16_ENV)))
+    bfloat16 = getattr(torch, parse_bf16(os.environ.get(DMLPATCH_BF16)))
     _current = Policy(unsupported, float64_everywhere, bfloat16)
     return _current
 

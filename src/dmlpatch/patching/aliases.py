@@ -14,12 +14,16 @@ import importlib.machinery
 import sys
 import types
 
-from dmlpatch import log, report
+from dmlpatch import log, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from importlib.abc import Loader as _LoaderInterface
     from typing import Optional
+else:
+    # The loader interface the checker sees; importlib.abc costs milliseconds to import.
+    _LoaderInterface = object
 
 _lock = _thread.allocate_lock()
 _aliases: dict[str, tuple[str, str]] = {}  # alias -> (real module, spec name)
@@ -39,14 +43,14 @@ def uninstall() -> None:
             sys.meta_path.remove(_finder)
 
 
-class _AliasLoader:
+class _AliasLoader(_LoaderInterface):
     def __init__(self, real: str, spec: str) -> None:
         self.real = real
         self.spec = spec
 
     def create_module(self, module_spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = importlib.import_module(self.real)
-        report.record_alias(self.spec, module_spec.name, self.real)
+        record.record_alias(self.spec, module_spec.name, self.real)
         log.info(f"{self.spec}: {module_spec.name} is missing; using {self.real}")
         return module
 

@@ -5,23 +5,24 @@ from __future__ import annotations
 import os
 import sys
 
-from dmlpatch import log, report
+from dmlpatch import log, record
 from dmlpatch.devices import resolution
+from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SCOPE
 from dmlpatch.patching import plan, wrapping
 from dmlpatch.rewriting import composition, discovery, hook
+from dmlpatch.rewriting import scope as scopes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Optional
 
-DISABLE_VAR = "DMLPATCH_DISABLE"
 
 _active = False
 
 
 def disabled() -> bool:
-    return os.environ.get(DISABLE_VAR) == "1"
+    return os.environ.get(DMLPATCH_DISABLE) == "1"
 
 
 def patches_needed() -> bool:
@@ -58,14 +59,14 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     """
     global _active
     if disabled():
-        log.info(f"{DISABLE_VAR}=1: patches are off in this process")
+        log.info(f"{DMLPATCH_DISABLE}=1: patches are off in this process")
         return False
     if device is not None:
         resolution.configure(device)
     chosen = plan.load()
     for warning in map(plan.SpecWarning._make, chosen["warnings"]):
         log.warn_once(warning.key, warning.message)
-        report.record_skip(warning.spec, None, warning.reason)
+        record.record_skip(warning.spec, None, warning.reason)
     hook.install(map(hook.ModuleTarget._make, chosen["targets"]))
     wrapping.apply(list(map(wrapping.Fix._make, chosen["wraps"])), gate=patches_needed)
     if chosen["aliases"]:  # imported only where a spec has one: most start-ups do not
@@ -74,12 +75,12 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
         for alias in map(plan.Alias._make, chosen["aliases"]):
             aliases.install(alias.module, alias.target, alias.spec)
     hook.set_gate(rewrite_gate)
-    scope = discovery.parse_scope(scope) if scope else discovery.configured_scope()
-    os.environ[discovery.SCOPE_VAR] = scope  # children, and the report, see the same scope
+    scope = scopes.parse_scope(scope) if scope else scopes.configured_scope()
+    os.environ[DMLPATCH_SCOPE] = scope  # children, and the report, see the same scope
     leaves = list(map(discovery.Leave._make, chosen["leaves"]))
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
     hook.when_imported("torch", _start_placement)
-    composition.watch_installers(hook.to_front)
+    composition.watch_installers(hook.when_imported, hook.to_front)
     hook.when_imported("torch", hook.look_for_taken_at_exit)
     _active = True
     return True

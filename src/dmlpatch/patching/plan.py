@@ -21,6 +21,7 @@ import os
 import sys
 
 from dmlpatch._version import __version__
+from dmlpatch.environment_variables import DMLPATCH_DISABLE_PATCHES, DMLPATCH_PATCHES
 from dmlpatch.patching.wrapping import Fix
 from dmlpatch.paths import cache_subdirectory, file_tag
 from dmlpatch.rewriting.discovery import Leave
@@ -54,7 +55,7 @@ class SpecWarning(NamedTuple):
 
 
 #: The plan's sections and the record type each entry is read back as.
-RECORDS = {
+RECORDS: dict[str, Any] = {
     "targets": ModuleTarget,
     "wraps": Fix,
     "aliases": Alias,
@@ -111,7 +112,7 @@ def build() -> dict[str, Any]:
                     key=f"replaced:{spec.name}",
                     message=specs.describe_local(spec, replaced[spec.name]),
                     spec=spec.name,
-                    reason=f"replaced by DMLPATCH_PATCHES ({spec.origin})",
+                    reason=f"replaced by {DMLPATCH_PATCHES} ({spec.origin})",
                 )
             )
     for spec in loaded:
@@ -170,10 +171,10 @@ def build() -> dict[str, Any]:
         warnings.append(
             SpecWarning(
                 key=f"disable:{name}",
-                message=f"DMLPATCH_DISABLE_PATCHES names {name!r}, but no patch spec or pack has "
+                message=f"{DMLPATCH_DISABLE_PATCHES} names {name!r}, but no patch spec or pack has "
                 "that name (see dmlpatch list); it disables nothing",
                 spec=name,
-                reason="named in DMLPATCH_DISABLE_PATCHES, but no such spec or pack",
+                reason=f"named in {DMLPATCH_DISABLE_PATCHES}, but no such spec or pack",
             )
         )
     inputs.extend(str(directory) for directory in specs.spec_directories())
@@ -195,8 +196,8 @@ def _cache_file() -> tuple[str, Optional[str]]:
             __version__,
             sys.version_info[:2],
             sys.path,
-            os.environ.get("DMLPATCH_PATCHES", ""),
-            os.environ.get("DMLPATCH_DISABLE_PATCHES", ""),
+            os.environ.get(DMLPATCH_PATCHES, ""),
+            os.environ.get(DMLPATCH_DISABLE_PATCHES, ""),
         )
     )
     # The tag names the file; the key itself is stored and compared, so a collision only misses.

@@ -18,10 +18,11 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from dmlpatch.environment_variables import DMLPATCH_DISABLE_PATCHES, DMLPATCH_PATCHES
 from dmlpatch.errors import SpecError
 
 if sys.version_info >= (3, 11):
@@ -31,6 +32,7 @@ else:  # the standard library gained tomllib in 3.11
 
 ENTRY_POINT_GROUP = "dmlpatch.patches"
 FOLDER_SPEC = "spec.toml"  # a library's folder holds its spec and its fixes
+_R = TypeVar("_R")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _TARGET = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -113,74 +115,16 @@ def load_file(path: Path) -> PatchSpec:
     versions = reader.versions(package, "package.versions")
     why = reader.string(package, "package.why", required=False) or ""
     reader.no_extra(package, "package", {"name", "versions", "why"})
-    rewrites = []
-    for i, entry in enumerate(reader.array("rewrite")):
-        where = f"rewrite[{i}]"
-        modules = reader.strings(entry, f"{where}.modules")
-        for module in modules:
-            if not _DOTTED.match(module):
-                reader.fail(f"{where}.modules", f"{module!r} is not a dotted module name")
-        expect = entry.get("expect_sites", 1)
-        if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
-            reader.fail(f"{where}.expect_sites", "must be a whole number >= 0")
-        rewrites.append(
-            RewriteRule(
-                tuple(modules),
-                expect,
-                reader.versions(entry, f"{where}.versions"),
-                reader.string(entry, f"{where}.why"),
-            )
-        )
-        reader.no_extra(entry, where, {"modules", "expect_sites", "versions", "why"})
-    wraps = []
-    for i, entry in enumerate(reader.array("wrap")):
-        where = f"wrap[{i}]"
-        target = reader.string(entry, f"{where}.target")
-        fix = reader.string(entry, f"{where}.fix")
-        for field_name, value in (("target", target), ("fix", fix)):
-            if not _TARGET.match(value):
-                reader.fail(f"{where}.{field_name}", f"{value!r} is not 'module:qualified.name'")
-        wraps.append(
-            WrapRule(
-                target,
-                fix,
-                reader.versions(entry, f"{where}.versions"),
-                reader.string(entry, f"{where}.why"),
-            )
-        )
-        reader.no_extra(entry, where, {"target", "fix", "versions", "why"})
-    aliases = []
-    for i, entry in enumerate(reader.array("alias")):
-        where = f"alias[{i}]"
-        module = reader.string(entry, f"{where}.module")
-        target = reader.string(entry, f"{where}.target")
-        for field_name, value in (("module", module), ("target", target)):
-            if not _DOTTED.match(value):
-                reader.fail(f"{where}.{field_name}", f"{value!r} is not a dotted module name")
-        aliases.append(
-            AliasRule(
-                module,
-                target,
-                reader.versions(entry, f"{where}.versions"),
-                reader.string(entry, f"{where}.why"),
-            )
-        )
-        reader.no_extra(entry, where, {"module", "target", "versions", "why"})
-    leaves = []
-    for i, entry in enumerate(reader.array("leave")):
-        where = f"leave[{i}]"
-        modules = reader.strings(entry, f"{where}.modules")
-        for module in modules:
-            if not _DOTTED.match(module):
-                reader.fail(f"{where}.modules", f"{module!r} is not a dotted module name")
-        leaves.append(
-            LeaveRule(
-                tuple(modules),
-                reader.versions(entry, f"{where}.versions"),
-                reader.string(entry, f"{where}.why"),
-            )
-        )
-        reader.no_extra(entry, where, {"modules", "versions", "why"})
+    rewrites: list[RewriteRule] = _entries(
+        reader, "rewrite", (("modules", _dotted_names), ("expect_sites", _site_count)), RewriteRule
+    )
+    wraps: list[WrapRule] = _entries(
+        reader, "wrap", (("target", _qualified_name), ("fix", _qualified_name)), WrapRule
+    )
+    aliases: list[AliasRule] = _entries(
+        reader, "alias", (("module", _dotted_name), ("target", _dotted_name)), AliasRule
+    )
+    leaves: list[LeaveRule] = _entries(reader, "leave", (("modules", _dotted_names),), LeaveRule)
     reader.no_extra(data, "the top level", {"package", "rewrite", "wrap", "alias", "leave"})
     if not rewrites and not wraps and not aliases and not leaves:
         reader.fail(
@@ -199,6 +143,54 @@ def load_file(path: Path) -> PatchSpec:
         aliases=tuple(aliases),
         leaves=tuple(leaves),
     )
+
+
+#: Reads one field of an entry: (reader, entry, "table[i].field") -> its checked value.
+_Field = Callable[["_Reader", dict[str, Any], str], Any]
+
+
+def _entries(
+    reader: _Reader, table: str, fields: tuple[tuple[str, _Field], ...], rule: Callable[..., _R]
+) -> list[_R]:
+    """Each ``[[table]]`` entry as ``rule(*fields, versions, why)``: its own fields in order,
+    then the ``versions`` and ``why`` every entry has, and no other key."""
+    rules = []
+    for index, entry in enumerate(reader.array(table)):
+        where = f"{table}[{index}]"
+        values = [read(reader, entry, f"{where}.{name}") for name, read in fields]
+        versions = reader.versions(entry, f"{where}.versions")
+        rules.append(rule(*values, versions, reader.string(entry, f"{where}.why")))
+        reader.no_extra(entry, where, {*(name for name, _ in fields), "versions", "why"})
+    return rules
+
+
+def _dotted_names(reader: _Reader, entry: dict[str, Any], field_name: str) -> tuple[str, ...]:
+    modules = reader.strings(entry, field_name)
+    for module in modules:
+        if not _DOTTED.match(module):
+            reader.fail(field_name, f"{module!r} is not a dotted module name")
+    return tuple(modules)
+
+
+def _dotted_name(reader: _Reader, entry: dict[str, Any], field_name: str) -> str:
+    value = reader.string(entry, field_name)
+    if not _DOTTED.match(value):
+        reader.fail(field_name, f"{value!r} is not a dotted module name")
+    return value
+
+
+def _qualified_name(reader: _Reader, entry: dict[str, Any], field_name: str) -> str:
+    value = reader.string(entry, field_name)
+    if not _TARGET.match(value):
+        reader.fail(field_name, f"{value!r} is not 'module:qualified.name'")
+    return value
+
+
+def _site_count(reader: _Reader, entry: dict[str, Any], field_name: str) -> int:
+    expect = entry.get(field_name.rpartition(".")[2], 1)
+    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
+        reader.fail(field_name, "must be a whole number >= 0")
+    return expect
 
 
 class _Reader:
@@ -293,11 +285,11 @@ def _sources() -> list[tuple[Optional[str], Path]]:
 
 def _environment_directories() -> list[Path]:
     directories = []
-    for part in os.environ.get("DMLPATCH_PATCHES", "").split(os.pathsep):
+    for part in os.environ.get(DMLPATCH_PATCHES, "").split(os.pathsep):
         if part:
             directory = Path(part)
             if not directory.is_dir():
-                raise SpecError(f"DMLPATCH_PATCHES names {part!r}, which is not a directory")
+                raise SpecError(f"{DMLPATCH_PATCHES} names {part!r}, which is not a directory")
             directories.append(directory)
     return directories
 
@@ -339,7 +331,7 @@ def skipped_packs() -> list[tuple[str, str, str]]:
 
 
 def _disabled() -> set[str]:
-    names = os.environ.get("DMLPATCH_DISABLE_PATCHES", "")
+    names = os.environ.get(DMLPATCH_DISABLE_PATCHES, "")
     return {n.strip() for n in names.split(",") if n.strip()}
 
 
@@ -417,7 +409,7 @@ def describe_local(spec: PatchSpec, replacing: Optional[str]) -> str:
     what = f"replaces dmlpatch's own ({replacing})" if replacing else "a spec of its own"
     wraps = ", ".join(f"{w.target} with {w.fix}" for w in spec.wraps) or "nothing"
     return (
-        f"patch spec {spec.name!r} from DMLPATCH_PATCHES ({spec.origin}), {what}: it wraps "
+        f"patch spec {spec.name!r} from {DMLPATCH_PATCHES} ({spec.origin}), {what}: it wraps "
         f"{wraps} and rewrites {len(spec.modules())} module(s)"
     )
 

@@ -17,7 +17,7 @@ import functools
 import sys
 import types
 
-from dmlpatch import log, report
+from dmlpatch import log, record
 from dmlpatch.rewriting import hook
 
 TYPE_CHECKING = False
@@ -111,12 +111,12 @@ def _wrap(rule: Fix, module: Any) -> None:
             f"wrap:{spec_name}:{rule.target}",
             f"patch spec {spec_name!r} cannot wrap {rule.target} ({error}); left unpatched",
         )
-        report.record_skip(spec_name, rule.module, f"cannot wrap {rule.target}: {error}")
+        record.record_skip(spec_name, rule.module, f"cannot wrap {rule.target}: {error}")
         return
     setattr(parent, attribute, wrapper)
     with _lock:
         _applied.append(_Applied(rule, parent, attribute, own))
-    report.record_wrap(spec_name, rule.target)
+    record.record_wrap(spec_name, rule.target)
     log.info(f"{spec_name}: wrapped {rule.target} ({rule.why})")
 
 
@@ -191,7 +191,7 @@ def unwrap_all() -> None:
             delattr(entry.parent, entry.attribute)  # inherited: the base's own shows again
         else:
             setattr(entry.parent, entry.attribute, entry.original)
-        report.record_unwrap(entry.rule.spec, entry.rule.target)
+        record.record_unwrap(entry.rule.spec, entry.rule.target)
 
 
 def applied_targets() -> list[str]:

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterable
 from typing import Optional
 
+from dmlpatch.environment_variables import DMLPATCH_CPU_OPS
 from dmlpatch.placement import frames
 
 TYPE_CHECKING = False
@@ -79,7 +80,7 @@ def fallback(operator: str, where: Optional[str]) -> Cause:
         return Cause(
             "cpu-ops",
             where,
-            f"DMLPATCH_CPU_OPS sends {operator} to the CPU{at}; leave it out to run it on the "
+            f"{DMLPATCH_CPU_OPS} sends {operator} to the CPU{at}; leave it out to run it on the "
             "device",
         )
     known = catalogue.for_gap(operator, "fallback")
@@ -118,10 +119,10 @@ def _explicit_cpu(path: str) -> Optional[tuple[int, str]]:
 def _unrewritten_site(cpu_files: list[str], main: Optional[str]) -> Optional[Cause]:
     """A loaded module with a CUDA device site that was not rewritten, preferring the files
     that ran the compute, then the program's own files (beside the main script)."""
-    from dmlpatch import report
+    from dmlpatch import record
     from dmlpatch.rewriting import sites as rewrite
 
-    rewritten, skipped = report.module_fates()
+    rewritten, skipped = record.module_fates()
     home = os.path.dirname(os.path.abspath(main)) + os.sep if main else None
     modules = _loaded_sources()
     by_path = {path: name for name, path in modules.items()}
@@ -170,9 +171,9 @@ def _unrewritten_site(cpu_files: list[str], main: Optional[str]) -> Optional[Cau
 
 
 def _out_of_scope_reason() -> str:
-    from dmlpatch.rewriting import discovery
+    from dmlpatch.rewriting import scope as scopes
 
-    scope = discovery.configured_scope()
+    scope = scopes.configured_scope()
     if scope == "specs":
         return "outside scope 'specs' (only libraries with a patch spec are rewritten)"
     if scope == "project":

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from dmlpatch.environment_variables import DMLPATCH_ACCOUNTING, DMLPATCH_QUIET
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
@@ -21,8 +23,6 @@ if TYPE_CHECKING:
 
     from dmlpatch.devices.resolution import Resolution
 
-ACCOUNTING_VAR = "DMLPATCH_ACCOUNTING"
-QUIET_VAR = "DMLPATCH_QUIET"
 
 _by_operators = False
 _started = False
@@ -42,7 +42,7 @@ def _counts_for(chosen: Resolution) -> bool:
 def start(torch: ModuleType) -> None:
     """The program imported torch: count its layer calls, unless turned off (once per process)."""
     global _started
-    if _started or _by_operators or os.environ.get(ACCOUNTING_VAR) == "0":
+    if _started or _by_operators or os.environ.get(DMLPATCH_ACCOUNTING) == "0":
         return
     _started = True
     from dmlpatch.devices import resolution
@@ -137,7 +137,7 @@ def _asked(found: dict[str, Any]) -> bool:
 
 
 def _warn_at_exit() -> None:
-    if os.environ.get(QUIET_VAR) == "1" or os.environ.get("LOCAL_RANK", "0") != "0":
+    if os.environ.get(DMLPATCH_QUIET) == "1" or os.environ.get("LOCAL_RANK", "0") != "0":
         return
     import sys
 

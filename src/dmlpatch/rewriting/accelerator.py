@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from dmlpatch.devices import resolution as _resolution
 from dmlpatch.rewriting import cuda_api as _cuda_api
-from dmlpatch.rewriting import runtime as _runtime
+from dmlpatch.rewriting import cuda_device as _cuda_device
 
 #: Where the program is redirected to DirectML: the same test as torch.cuda's names.
 _target = _cuda_api._target
@@ -35,7 +35,7 @@ def _device(device: Any) -> Optional[int]:
     target = _resolution.current()
     kind, _, index = str(device).partition(":")
     if kind != target.type:
-        return _runtime._ordinal(device)
+        return _cuda_device.ordinal_of(device)
     if not index:
         return None
     if int(index) not in target.indices:
@@ -57,26 +57,26 @@ def current_accelerator(check_available: bool = False) -> Any:
         return _torch("current_accelerator")(check_available)
     import torch
 
-    return torch.device(_runtime.device("cuda"))
+    return torch.device(_cuda_device.device("cuda"))
 
 
 def device_count() -> int:
     if _target() is None:
         return int(_torch("device_count")())
-    return _runtime.device_count()
+    return _cuda_device.device_count()
 
 
 def current_device_index() -> int:
     if _target() is None:
         return int(_torch("current_device_index")())
-    return _runtime.current_device()
+    return _cuda_device.current_device()
 
 
 def set_device_index(device: Any) -> None:
     if _target() is None:
         _torch("set_device_index")(device)
         return
-    _runtime.set_device(_device(device))
+    _cuda_device.set_device(_device(device))
 
 
 current_device_idx = current_device_index
@@ -94,7 +94,7 @@ def synchronize(device: Any = None) -> None:
     if _target() is None:
         _torch("synchronize")(device)
         return
-    _runtime.synchronize(_device(device))
+    _cuda_device.synchronize(_device(device))
 
 
 def current_stream(device: Any = None) -> Any:

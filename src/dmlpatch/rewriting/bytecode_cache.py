@@ -38,7 +38,7 @@ from importlib.util import MAGIC_NUMBER, cache_from_source
 from typing import Optional
 
 from dmlpatch._version import __version__
-from dmlpatch.rewriting.hook import GENERATION
+from dmlpatch.rewriting.rules import GENERATION
 from dmlpatch.rewriting.sites import Site
 
 _FORMAT = b"dml2"

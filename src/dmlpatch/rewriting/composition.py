@@ -28,7 +28,7 @@ import _thread  # threading.Lock and RLock are these; importing threading costs 
 import importlib.machinery
 import sys
 
-from dmlpatch import log, report
+from dmlpatch import log, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -98,8 +98,8 @@ def taken(module: str, loader: Any) -> None:
         if module in _taken:
             return
         _taken[module] = name
-    report.record_skip(
-        report.DISCOVERED,
+    record.record_skip(
+        record.DISCOVERED,
         module,
         f"loaded by another import hook ({name}), which dmlpatch cannot compose with",
     )
@@ -127,13 +127,15 @@ def taken_modules() -> dict[str, str]:
         return dict(_taken)
 
 
-def watch_installers(to_front: Callable[[], None]) -> None:
+def watch_installers(
+    when_imported: Callable[[str, Callable[[types.ModuleType], None]], None],
+    to_front: Callable[[], None],
+) -> None:
     """After each function of :data:`INSTALLERS` runs, call ``to_front`` (dmlpatch's finder
-    goes back in front of the finder it installed)."""
-    from dmlpatch.rewriting import hook
-
+    goes back in front of the finder it installed). ``when_imported`` is the import hook's
+    (``hook.when_imported``): the hook imports this module, not the other way round."""
     for module in INSTALLERS:
-        hook.when_imported(module, lambda loaded: _follow(loaded, to_front))
+        when_imported(module, lambda loaded: _follow(loaded, to_front))
 
 
 #: The wrappers :func:`_follow` made, so a module imported twice is wrapped once.

@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from dmlpatch import log
 from dmlpatch.devices import resolution as _resolution
-from dmlpatch.rewriting import runtime as _runtime
+from dmlpatch.rewriting import cuda_device as _cuda_device
 
 #: torch.cuda's legacy tensor types and their dtypes.
 _LEGACY_TYPES = {
@@ -138,7 +138,7 @@ def _adapter(device: Any) -> int:
         return int(device.index)
     if isinstance(device, str) and device.startswith(f"{target.type}:"):
         return int(device.partition(":")[2])
-    return _runtime._target_index(_runtime._ordinal(device))
+    return _cuda_device.target_index(_cuda_device.ordinal_of(device))
 
 
 # -- properties ---------------------------------------------------------------------------------
@@ -371,17 +371,17 @@ class device:
         return super().__new__(cls)
 
     def __init__(self, device: Any) -> None:
-        self.ordinal = _runtime._ordinal(device)
+        self.ordinal = _cuda_device.ordinal_of(device)
         self.previous: Optional[int] = None
 
     def __enter__(self) -> None:
-        self.previous = _runtime.current_device()
+        self.previous = _cuda_device.current_device()
         if self.ordinal is not None and self.ordinal >= 0:
-            _runtime.set_device(self.ordinal)
+            _cuda_device.set_device(self.ordinal)
 
     def __exit__(self, *exc: object) -> None:
         if self.previous is not None:
-            _runtime.set_device(self.previous)
+            _cuda_device.set_device(self.previous)
 
 
 def device_of(obj: Any) -> Any:
@@ -390,7 +390,7 @@ def device_of(obj: Any) -> Any:
     if _target() is None:
         return _cuda("device_of")(obj)
     target = _resolution.current()
-    on = getattr(obj, "device", None)
+    on: Any = getattr(obj, "device", None)
     ordinal = -1
     if getattr(on, "type", None) == target.type and on.index in target.indices:
         ordinal = target.indices.index(on.index)
@@ -784,7 +784,7 @@ class _LegacyType(type):
         import torch
 
         built = getattr(torch, cls.__name__)(*args, **kwargs)
-        return built.to(_runtime.device("cuda"))
+        return built.to(_cuda_device.device("cuda"))
 
     def __instancecheck__(cls, instance: Any) -> bool:
         if _target() is None:
@@ -836,7 +836,7 @@ def retype(obj: Any, *args: Any, **kwargs: Any) -> Any:
         import torch
 
         return obj.to(
-            device=_runtime.device("cuda"),
+            device=_cuda_device.device("cuda"),
             dtype=getattr(torch, wanted.dtype_name),
             non_blocking=bool(kwargs.get("non_blocking", False)),
         )

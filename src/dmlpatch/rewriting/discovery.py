@@ -13,7 +13,7 @@ module it sees, under a *scope* (``--scope`` / ``$DMLPATCH_SCOPE``):
 
 Cost. Whether a module is in scope is told from its name and path, without I/O. Whether it has
 sites is a :class:`Verdict` computed once per version of its source: a source without any of
-the words a site holds (``hook.may_have_sites``) is never parsed, and verdicts are kept in one
+the words a site holds (``rules.may_have_sites``) is never parsed, and verdicts are kept in one
 index file per top-level package under ``<cache>/discovery``, each valid for one
 ``(mtime_ns, size)`` of its source, and for one source hash where python checks that module's
 bytecode by hash (``dmlpatch.rewriting.freshness``). A warm process pays one ``stat`` per
@@ -39,18 +39,15 @@ import os
 import sys
 
 from dmlpatch.paths import cache_subdirectory, file_tag
-from dmlpatch.report import DISCOVERED
+from dmlpatch.record import DISCOVERED
 from dmlpatch.rewriting import freshness
-from dmlpatch.rewriting.hook import GENERATION, may_have_sites
+from dmlpatch.rewriting.rules import GENERATION, may_have_sites
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NamedTuple, Optional
 else:
     from dmlpatch._tuple import NamedTuple
-
-SCOPE_VAR = "DMLPATCH_SCOPE"
-SCOPES = ("all", "project", "specs")
 
 #: Top-level packages never rewritten by discovery: torch, the libraries built with it and
 #: triton (the kernel compiler CUDA builds of torch ship) call CUDA to *be* CUDA support
@@ -96,29 +93,6 @@ class Leave(NamedTuple):
 _UNKNOWN: Any = object()
 
 RUNTIME = "dmlpatch.rewriting.runtime"
-
-
-def parse_scope(text: str) -> str:
-    """Validate a scope name; :class:`UsageError` names the accepted ones."""
-    from dmlpatch.errors import UsageError
-
-    scope = text.strip().lower()
-    if scope not in SCOPES:
-        raise UsageError(f"unknown scope {text!r}; expected one of: {', '.join(SCOPES)}")
-    return scope
-
-
-def configured_scope() -> str:
-    """``$DMLPATCH_SCOPE``, else ``all``; an unknown value is one warning and means ``all``."""
-    text = os.environ.get(SCOPE_VAR)
-    if not text:
-        return "all"
-    if text.strip().lower() in SCOPES:
-        return text.strip().lower()
-    from dmlpatch import log
-
-    log.warn_once("scope", f"{SCOPE_VAR}={text!r} is not one of {', '.join(SCOPES)}; using 'all'")
-    return "all"
 
 
 class Discovery:
@@ -207,8 +181,8 @@ class Discovery:
                 index = self._indexes.get(key)
                 if index is None:
                     name = f"{top[:40]}-{file_tag(key)}.idx"
-                    directory = cache_subdirectory("discovery", create=False)
-                    index = _Index(os.path.join(directory, name) if directory else None)
+                    cache = cache_subdirectory("discovery", create=False)
+                    index = _Index(os.path.join(cache, name) if cache else None)
                     self._indexes[key] = index
         self._directories[(directory, top)] = index
         return index
@@ -285,9 +259,9 @@ def _prefixes(directories: set[str]) -> tuple[str, ...]:
 
 
 def _say_left(fullname: str, leave: Leave) -> None:
-    from dmlpatch import log, report
+    from dmlpatch import log, record
 
-    report.record_skip(leave.spec, fullname, f"left alone by the spec: {leave.why}")
+    record.record_skip(leave.spec, fullname, f"left alone by the spec: {leave.why}")
     if not leave.quiet:
         log.warn_once(
             f"leave:{leave.spec}:{leave.prefix}",
@@ -297,11 +271,11 @@ def _say_left(fullname: str, leave: Leave) -> None:
 
 
 def _keep_as_written(fullname: str, kept: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
-    from dmlpatch import report
+    from dmlpatch import record
 
     for scope, names in kept:
         where = fullname if scope == "<module>" else f"{fullname}.{scope}"
-        report.record_skip(
+        record.record_skip(
             DISCOVERED,
             where,
             f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered: its sites keep "

@@ -22,12 +22,13 @@ import os
 import sys
 import types
 
-from dmlpatch import log, report
+from dmlpatch import log, record
+from dmlpatch.rewriting.rules import may_have_sites
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import re
     from collections.abc import Iterable, Sequence
+    from importlib.abc import Loader as _LoaderInterface
     from typing import Any, Callable, NamedTuple, Optional, Union
 
     from dmlpatch.rewriting.composition import Composer
@@ -36,8 +37,11 @@ if TYPE_CHECKING:
 else:
     from dmlpatch._tuple import NamedTuple
 
-MAIN_SPEC = report.MAIN
-DISCOVERED = report.DISCOVERED
+    # The loader interface the checker sees; importlib.abc costs milliseconds to import.
+    _LoaderInterface = object
+
+MAIN_SPEC = record.MAIN
+DISCOVERED = record.DISCOVERED
 
 
 class ModuleTarget(NamedTuple):
@@ -151,43 +155,6 @@ def set_gate(gate: Optional[Callable[[], bool]]) -> None:
     _gate = gate
 
 
-def may_have_sites(source: bytes) -> bool:
-    """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.sites``), told without
-    parsing it: a source that says neither ``cuda`` nor ``inference_mode`` nor ``autocast`` nor
-    ``GradScaler`` nor ``accelerator``, nor both ``torch`` and a complex literal, has none."""
-    if any(word in source for word in _SITE_WORDS):
-        return True
-    return b"torch" in source and _has_complex_literal(source)
-
-
-#: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
-_SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"accelerator")
-_complex_literal: Optional[re.Pattern[bytes]] = None
-
-
-def _has_complex_literal(source: bytes) -> bool:
-    """Whether ``source`` has what looks like a complex literal (``1j``, ``2.5j``, ``.5J``):
-    the parser decides. ``re`` is imported on the first module that needs it, not at start-up."""
-    global _complex_literal
-    if _complex_literal is None:
-        import re
-
-        _complex_literal = re.compile(rb"(?<![\w.])(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[jJ]\b")
-    return _complex_literal.search(source) is not None
-
-
-#: The version of the rewriter's rules (``dmlpatch.rewriting.sites``), bumped whenever the same
-#: source is rewritten differently. Cached rewrites and discovery's cached verdicts both carry
-#: it, so neither outlives the rules that made it (2: ``torch.inference_mode`` sites; 3: the
-#: CUDA API, legacy types and AMP; 4: what functions named for a device return; 5: only
-#: functions whose names end in device or device_name; 6: CUDA chosen against another device
-#: or by its availability, whatever the name, and torch.load without map_location; 7: per
-#: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
-#: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both
-#: sides are numbers).
-GENERATION = 9
-
-
 def compile_main(source: bytes, filename: str) -> types.CodeType:
     """Rewrite and compile the program's ``__main__`` script (no stale check, no cache)."""
     if not may_have_sites(source):  # the rewriter costs milliseconds to load
@@ -199,7 +166,7 @@ def compile_main(source: bytes, filename: str) -> types.CodeType:
         return compile(source, filename, "exec", dont_inherit=True)
     if _gate is not None and not _gate():
         return compile(source, filename, "exec", dont_inherit=True)
-    report.record_rewrite(MAIN_SPEC, MAIN_SPEC, len(result.sites), False)
+    record.record_rewrite(MAIN_SPEC, MAIN_SPEC, len(result.sites), False)
     log.info(f"rewrote {len(result.sites)} CUDA site(s) in {filename}")
     return compile(result.tree, filename, "exec", dont_inherit=True)
 
@@ -281,7 +248,7 @@ class _Finder:
             self._searching.discard(fullname)
 
 
-class _NotifyingLoader:
+class _NotifyingLoader(_LoaderInterface):
     """Delegates to the real loader, then runs the callbacks waiting for the module."""
 
     dmlpatch_loader = True
@@ -442,13 +409,13 @@ def _account(target: ModuleTarget, sites: list[Site], cached: bool) -> None:
             f"{target.module} but found {found}; the module runs unrewritten (is the installed "
             f"version newer than the spec? update the spec or report it)",
         )
-        report.record_skip(
+        record.record_skip(
             target.spec,
             target.module,
             f"stale spec: found {found} CUDA site(s), expected {target.expect_sites}",
         )
         return
-    report.record_rewrite(target.spec, target.module, found, cached)
+    record.record_rewrite(target.spec, target.module, found, cached)
     origin = "bytecode cache" if cached else "source"
     log.info(f"rewrote {found} CUDA site(s) in {target.module} ({target.spec}, from {origin})")
 
@@ -460,7 +427,7 @@ def _imported_too_early(target: ModuleTarget) -> None:
         f"import dmlpatch (or dmlpatch.auto) before {target.module.partition('.')[0]}, or run "
         f"the program with `python -m dmlpatch`",
     )
-    report.record_skip(target.spec, target.module, "imported before the import hook")
+    record.record_skip(target.spec, target.module, "imported before the import hook")
 
 
 _finder = _Finder()

@@ -28,7 +28,7 @@ import sys
 import types
 
 from dmlpatch import log
-from dmlpatch.rewriting.hook import may_have_sites
+from dmlpatch.rewriting.rules import may_have_sites
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -126,9 +126,7 @@ def _run_instead(namespace: dict[str, Any], source: bytes, path: str) -> None:
         if isinstance(error, KeyboardInterrupt):
             # Python ends an interrupted program by SIGINT once it has shut down; it does so
             # for this one, whose traceback (the program's frames only) is printed already.
-            from dmlpatch.startup import launch
-
-            sys.excepthook = launch.printed_already
+            sys.excepthook = runner.printed_already
             raise
         raise SystemExit(1) from None
     raise SystemExit(0)

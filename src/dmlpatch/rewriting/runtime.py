@@ -7,7 +7,9 @@ of the functions below, through one module-level alias, so rewritten code stays 
     # becomes
     torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
 
-Every answer comes from the process's device resolution (``dmlpatch.devices.resolution.current``).
+The device functions (``is_available``, ``device`` and the rest of ``torch.cuda``'s device API)
+live in ``dmlpatch.rewriting.cuda_device`` and are re-exported here. Every answer comes from the
+process's device resolution (``dmlpatch.devices.resolution.current``).
 Where that is a usable CUDA GPU, each function is the CUDA call it replaced: modules may be
 rewritten before the device is known (resolving it imports torch), and must then behave as written.
 Nothing here is imported by ``import dmlpatch``; torch is touched only when rewritten code runs.
@@ -15,20 +17,25 @@ Nothing here is imported by ``import dmlpatch``; torch is touched only when rewr
 
 from __future__ import annotations
 
-import re
 import sys
-from typing import Any, Optional, Union
+from typing import Any
 
-from dmlpatch.devices import announce as _announce
 from dmlpatch.devices import resolution as _resolution
+from dmlpatch.rewriting import cuda_device as _cuda_device
+from dmlpatch.rewriting.cuda_device import current_device as current_device
+from dmlpatch.rewriting.cuda_device import device as device
+from dmlpatch.rewriting.cuda_device import device_count as device_count
+from dmlpatch.rewriting.cuda_device import empty_cache as empty_cache
+from dmlpatch.rewriting.cuda_device import get_device_name as get_device_name
+from dmlpatch.rewriting.cuda_device import is_available as is_available
+from dmlpatch.rewriting.cuda_device import set_device as set_device
+from dmlpatch.rewriting.cuda_device import synchronize as synchronize
 
 #: The name under which rewritten modules see this module.
 ALIAS = "__dmlpatch__"
 #: The name under which they see ``dmlpatch.rewriting.runtime_as_written``, for the functions
 #: that keep CUDA's meaning (see ``dmlpatch.rewriting.sites``).
 KEPT_ALIAS = "__dmlpatch_kept__"
-
-_CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
 
 #: ``torch.cuda.<name>(...)`` calls the rewriter routes here; anything else is left alone.
 CUDA_FUNCTIONS = frozenset(
@@ -62,112 +69,6 @@ HARMLESS_CUDA_NAMES = frozenset(
         "get_gencode_flags",
     }
 )
-
-
-def _cuda() -> Any:
-    """``torch.cuda`` when the process runs on a usable CUDA GPU (no patches), else None."""
-    if _resolution.current().patches_needed:
-        return None
-    import torch
-
-    return torch.cuda
-
-
-def is_available() -> bool:
-    """``torch.cuda.is_available()`` in a target: is the target an accelerator?"""
-    resolution = _resolution.current()
-    if not resolution.patches_needed:
-        return bool(_cuda().is_available())
-    return resolution.is_accelerator
-
-
-def device_count() -> int:
-    """``torch.cuda.device_count()`` in a target: adapters the program may use."""
-    resolution = _resolution.current()
-    if not resolution.patches_needed:
-        return int(_cuda().device_count())
-    return len(resolution.indices) if resolution.is_accelerator else 0
-
-
-#: The program's CUDA ordinal that ``'cuda'``, ``.cuda()`` and ``current_device()`` mean, as
-#: ``torch.cuda.set_device`` sets it: DDP ranks call ``set_device(local_rank)`` and then
-#: ``.cuda()``, expecting their own adapter. Per process, like CUDA's (not per thread: a
-#: program's worker threads share it there too, until they call set_device themselves).
-_current_ordinal = 0
-
-
-def current_device() -> int:
-    """``torch.cuda.current_device()`` in a target: the ordinal ``set_device`` chose (0)."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        return int(cuda_module.current_device())
-    return _current_ordinal
-
-
-def set_device(device: Any) -> None:
-    """``torch.cuda.set_device(i)`` in a target: later ``'cuda'`` / ``.cuda()`` mean ordinal i."""
-    global _current_ordinal
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        cuda_module.set_device(device)
-        return
-    ordinal = _ordinal(device)
-    if ordinal is None or ordinal < 0:
-        return  # CUDA ignores a negative ordinal (and None) here
-    _target_index(ordinal)
-    _current_ordinal = ordinal
-
-
-def get_device_name(device: Any = None) -> str:
-    """``torch.cuda.get_device_name(i)`` in a target: the adapter's name."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        return str(cuda_module.get_device_name(device))
-    resolution = _resolution.current()
-    index = _target_index(_ordinal(device))
-    return resolution.adapter_name(index)
-
-
-def synchronize(device: Any = None) -> None:
-    """``torch.cuda.synchronize()`` in a target: wait for the target's queue."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        cuda_module.synchronize(device)
-        return
-    resolution = _resolution.current()
-    if resolution.backend == "directml":
-        import torch
-
-        # torch-directml has no synchronize(); a device-to-host read drains its queue.
-        torch.zeros(1, device=resolution.device).cpu()
-
-
-def empty_cache() -> None:
-    """``torch.cuda.empty_cache()`` in a target: nothing to release off CUDA (torch-directml's
-    allocator keeps no cache to empty from Python)."""
-    cuda_module = _cuda()
-    if cuda_module is not None:
-        cuda_module.empty_cache()
-
-
-def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
-    """A CUDA device literal in a target (``'cuda'``, ``'cuda:1'``, ``f'cuda:{i}'``) → the target.
-
-    Values that do not name a CUDA device are returned unchanged, so a rewritten f-string that
-    turns out to say ``'cpu'`` at run time still means the CPU.
-    """
-    ordinal = _cuda_ordinal(spec)
-    if ordinal is _NOT_CUDA:
-        return spec
-    resolution = _resolution.current()
-    if not resolution.patches_needed:
-        return spec
-    if not resolution.is_accelerator:
-        _announce.device_used()
-        return "cpu"
-    target = f"{resolution.type}:{_target_index(ordinal)}"
-    _announce.device_used()
-    return target
 
 
 def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -242,7 +143,7 @@ def load(original: Any, *args: Any, **kwargs: Any) -> Any:
     from torch.serialization import default_restore_location
 
     def restore(storage: Any, location: str) -> Any:
-        if _cuda_ordinal(location) is _NOT_CUDA:
+        if _cuda_device.cuda_ordinal(location) is _cuda_device.NOT_CUDA:
             return None  # torch's own restore
         return default_restore_location(storage, device(location))
 
@@ -299,38 +200,3 @@ def __getattr__(name: str) -> Any:
 
         return accelerator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_NOT_CUDA = object()
-
-
-def _cuda_ordinal(spec: Any) -> Any:
-    if spec is None:
-        return None
-    if isinstance(spec, int) and not isinstance(spec, bool):
-        return spec
-    if isinstance(spec, str):
-        match = _CUDA_SPEC.match(spec)
-        if match is None:
-            return _NOT_CUDA
-        return int(match.group(1)) if match.group(1) is not None else None
-    if getattr(spec, "type", None) == "cuda":
-        return spec.index
-    return _NOT_CUDA
-
-
-def _ordinal(device: Any) -> Optional[int]:
-    ordinal = _cuda_ordinal(device)
-    return None if ordinal is _NOT_CUDA else ordinal
-
-
-def _target_index(ordinal: Optional[int]) -> int:
-    """The target adapter behind the program's CUDA ordinal; CUDA's error for a bad one."""
-    indices = _resolution.current().indices
-    position = _current_ordinal if ordinal is None else ordinal
-    if not 0 <= position < len(indices):
-        raise RuntimeError(
-            f"CUDA error: invalid device ordinal {position} "
-            f"(dmlpatch maps {len(indices)} device(s): {_resolution.current().describe_indices()})"
-        )
-    return indices[position]

@@ -82,7 +82,7 @@ import ast
 import re
 from collections import deque
 from collections.abc import Iterator
-from typing import NamedTuple, Optional, TypeVar, Union
+from typing import Any, NamedTuple, Optional, TypeVar, Union, cast
 
 from dmlpatch.rewriting.cuda_api import LEGACY_TYPE_NAMES, NAMES
 from dmlpatch.rewriting.runtime import ALIAS, CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES, KEPT_ALIAS
@@ -253,7 +253,7 @@ class _Lines:
             text = source.replace("\r\n", "\n").replace("\r", "\n")
         self._lines = [line.encode("utf-8") for line in text.split("\n")]
 
-    def segment(self, node: ast.expr) -> str:
+    def segment(self, node: Union[ast.expr, ast.stmt]) -> str:
         first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
         end_col = node.end_col_offset if node.end_col_offset is not None else None
         if first == last:
@@ -359,7 +359,8 @@ class _Transformer:
         module's own code where no function is around it)."""
         self.unanswered.add(name)
         functions = [s for s in scope.chain() if s.is_function]
-        for function in functions or [None]:
+        owners: list[Optional[_Scope]] = [*functions] or [None]
+        for function in owners:
             key = id(function.node) if function is not None else 0
             held = self.tainted.setdefault(key, (function or _Scope(None, None, ""), set()))
             held[1].add(name)
@@ -433,7 +434,11 @@ class _Transformer:
             self._site(node, "cuda_call")
             callee = _located(_alias("cuda"), func)
             call = _located(ast.Call(callee, [func.value, *node.args], node.keywords), node)
-            if func.end_lineno != func.lineno and func.end_col_offset is not None:
+            if (
+                func.end_lineno is not None
+                and func.end_lineno != func.lineno
+                and func.end_col_offset is not None
+            ):
                 # CPython reports a method call whose object spans lines at the line of its
                 # name (``(x\n .cuda())``: the second): start the call there, as tracebacks did.
                 call.lineno = func.end_lineno
@@ -682,7 +687,7 @@ class _Transformer:
             and (node.id in self.names.torch or node.id in (ALIAS, KEPT_ALIAS))
         )
 
-    def _site(self, node: ast.expr, kind: str) -> None:
+    def _site(self, node: Union[ast.expr, ast.stmt], kind: str) -> None:
         self.sites.append(Site(node.lineno, node.col_offset, kind, self.lines.segment(node)))
 
 
@@ -752,7 +757,8 @@ def _keep(nodes: Iterator[ast.AST], scope: str, uses: tuple[str, ...], imports: 
         ):
             node.keywords = [
                 _located(ast.keyword("scope", ast.Constant(scope)), node),
-                _located(ast.keyword("uses", ast.Constant(uses)), node),
+                # A tuple of constants is a constant to the compiler; typeshed lists scalars only.
+                _located(ast.keyword("uses", ast.Constant(cast(Any, uses))), node),
             ]
         elif imports and isinstance(node, ast.ImportFrom) and node.level == 0:
             if node.module == _CUDA_API_MODULE:
@@ -985,11 +991,10 @@ def _insert_runtime_import(tree: ast.Module, runtime: str, alias: str) -> None:
     first = body[0] if body else None
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
         index = 1 if isinstance(first.value.value, str) else 0
-    while (
-        index < len(body)
-        and isinstance(body[index], ast.ImportFrom)
-        and body[index].module == "__future__"
-    ):
+    while index < len(body):
+        statement = body[index]
+        if not (isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
+            break
         index += 1
     # The import borrows the line of the statement it precedes: it has no line of its own.
     anchor = body[min(index, len(body) - 1)]

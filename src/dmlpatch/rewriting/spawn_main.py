@@ -15,30 +15,30 @@ import os
 import sys
 import types
 
+from dmlpatch.environment_variables import DMLPATCH_MAIN
 from dmlpatch.rewriting import hook
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
-MAIN_VAR = "DMLPATCH_MAIN"
 _PATH = "path:"
 _MODULE = "module:"
 
 
 def remember_path(path: str) -> None:
     """The parent runs ``path`` rewritten: its spawn children should too."""
-    os.environ[MAIN_VAR] = _PATH + os.path.normpath(os.path.abspath(path))
+    os.environ[DMLPATCH_MAIN] = _PATH + os.path.normpath(os.path.abspath(path))
 
 
 def remember_module(name: str) -> None:
     """The parent runs module ``name`` rewritten (``python -m dmlpatch -m name``)."""
-    os.environ[MAIN_VAR] = _MODULE + name
+    os.environ[DMLPATCH_MAIN] = _MODULE + name
 
 
 def install() -> None:
     """In a child process: rewrite the parent's main script when multiprocessing re-runs it."""
-    if os.environ.get(MAIN_VAR):
+    if os.environ.get(DMLPATCH_MAIN):
         hook.when_imported("multiprocessing.spawn", _patch)
 
 
@@ -57,7 +57,7 @@ _originals: dict[str, Callable[[str], None]] = {}
 
 
 def _patch(spawn: Any) -> None:
-    wanted = os.environ.get(MAIN_VAR, "")
+    wanted = os.environ.get(DMLPATCH_MAIN, "")
     from_path: Callable[[str], None] = spawn._fixup_main_from_path
     from_name: Callable[[str], None] = spawn._fixup_main_from_name
     _originals.update(_fixup_main_from_path=from_path, _fixup_main_from_name=from_name)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from dmlpatch.environment_variables import DMLPATCH_SIM_ADAPTERS
+
 #: ``;``-separated adapter names the simulated adapters take, in order (to see what dmlpatch
 #: says about a given GPU: ``DMLPATCH_SIM_ADAPTERS="AMD Radeon RX 6600"``).
-NAMES_ENV = "DMLPATCH_SIM_ADAPTERS"
 
 
 @dataclass(frozen=True)
@@ -47,4 +48,8 @@ def device_name(index: int, count: int | None = None) -> str:
 
 def named() -> list[str]:
     """The names ``$DMLPATCH_SIM_ADAPTERS`` gives, in order."""
-    return [name.strip() for name in os.environ.get(NAMES_ENV, "").split(";") if name.strip()]
+    return [
+        name.strip()
+        for name in os.environ.get(DMLPATCH_SIM_ADAPTERS, "").split(";")
+        if name.strip()
+    ]

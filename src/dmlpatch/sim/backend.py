@@ -8,13 +8,16 @@ import sys
 import threading
 from typing import Any
 
+from dmlpatch.environment_variables import (
+    DMLPATCH_DEBUG,
+    DMLPATCH_SIM_DEVICES,
+    DMLPATCH_SIM_FAULT,
+    DMLPATCH_SIM_FLOAT64,
+)
 from dmlpatch.errors import DeviceUnavailable
 from dmlpatch.gaps import profiles
 from dmlpatch.sim import _state
 
-DEVICES_ENV = "DMLPATCH_SIM_DEVICES"
-FLOAT64_ENV = "DMLPATCH_SIM_FLOAT64"
-FAULT_ENV = "DMLPATCH_SIM_FAULT"
 FAULTS = ("drop-scalar-writes",)
 
 _lock = threading.Lock()
@@ -34,17 +37,19 @@ class _TorchDirectmlBlocker(importlib.abc.MetaPathFinder):
 def env_settings() -> tuple[int, bool, str]:
     """Adapters, float64 support and fault from the environment; checked without torch."""
     # Named adapters (DMLPATCH_SIM_ADAPTERS) are that many, unless DMLPATCH_SIM_DEVICES says.
-    raw = os.environ.get(DEVICES_ENV) or str(max(1, len(_state.named())))
+    raw = os.environ.get(DMLPATCH_SIM_DEVICES) or str(max(1, len(_state.named())))
     try:
         devices = int(raw)
     except ValueError:
         devices = 0
     if devices < 1:
-        raise DeviceUnavailable(f"{DEVICES_ENV} must be a whole number >= 1, got {raw!r}")
-    fault = os.environ.get(FAULT_ENV, "")
+        raise DeviceUnavailable(f"{DMLPATCH_SIM_DEVICES} must be a whole number >= 1, got {raw!r}")
+    fault = os.environ.get(DMLPATCH_SIM_FAULT, "")
     if fault and fault not in FAULTS:
-        raise DeviceUnavailable(f"unknown {FAULT_ENV} {fault!r}; valid values: {', '.join(FAULTS)}")
-    float64 = os.environ.get(FLOAT64_ENV, "1") != "0"
+        raise DeviceUnavailable(
+            f"unknown {DMLPATCH_SIM_FAULT} {fault!r}; valid values: {', '.join(FAULTS)}"
+        )
+    float64 = os.environ.get(DMLPATCH_SIM_FLOAT64, "1") != "0"
     return devices, float64, fault
 
 
@@ -118,7 +123,7 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
         ops.add_rule(rule.op, rule.predicate, ",".join(rule.args), rule.limit, rule.message)
     direct = registered_ops.direct_registrations(index, {r.op for r in chosen.rules}, native)
     failed = ops.register_direct("".join(f"{k}\t{v}\n" for k, v in sorted(direct.items())))
-    if failed and os.environ.get("DMLPATCH_DEBUG") == "1":
+    if failed and os.environ.get(DMLPATCH_DEBUG) == "1":
         print(f"dmlpatch: sim kernels not registered: {failed.split()}", file=sys.stderr)
 
     device_module.install()

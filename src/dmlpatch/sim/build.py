@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dmlpatch import trust
+from dmlpatch.environment_variables import DMLPATCH_CACHE_DIR
 from dmlpatch.errors import DeviceUnavailable
 from dmlpatch.paths import cache_subdirectory
 
@@ -121,7 +122,7 @@ def build_dir() -> Path:
     if problem is not None:
         raise DeviceUnavailable(
             f"the simulated device's build directory {own} is not used: {problem}; set "
-            "DMLPATCH_CACHE_DIR to a directory of yours that only you can write"
+            f"{DMLPATCH_CACHE_DIR} to a directory of yours that only you can write"
         )
     if not _writable(fallback):
         raise DeviceUnavailable(f"cannot write the simulated device's build directory ({fallback})")

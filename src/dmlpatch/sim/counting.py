@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-TRACE_ENV = "DMLPATCH_TRACE"
+from dmlpatch.environment_variables import DMLPATCH_TRACE
 
 _first_calls: dict[str, str] = {}
 _first_calls_lock = threading.Lock()
@@ -38,7 +38,7 @@ _INTERNAL = (
 
 
 def trace_requested() -> bool:
-    return os.environ.get(TRACE_ENV, "") == "1"
+    return os.environ.get(DMLPATCH_TRACE, "") == "1"
 
 
 def fallback_warning(name: str) -> str:
@@ -74,11 +74,11 @@ def _notify(anchor: torch.Tensor, name: str, warn: bool, trace: str) -> None:
             level, frame = level + 1, frame.f_back
         warnings.warn(fallback_warning(name), UserWarning, stacklevel=level + 1 if frame else 1)
     if trace:
-        frames = traceback.extract_stack()
-        while frames and _internal(frames[-1].filename):
-            frames.pop()
+        stack = traceback.extract_stack()
+        while stack and _internal(stack[-1].filename):
+            stack.pop()
         with _first_calls_lock:
-            _first_calls.setdefault(name, "".join(traceback.format_list(frames)))
+            _first_calls.setdefault(name, "".join(traceback.format_list(stack)))
 
 
 def install_hook() -> None:

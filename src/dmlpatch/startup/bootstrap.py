@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from dmlpatch.devices import announce, resolution
+from dmlpatch.environment_variables import DMLPATCH_ANNOUNCE_RANK_ZERO, DMLPATCH_DEVICE
 from dmlpatch.startup import sequence
 
 TYPE_CHECKING = False
@@ -25,7 +26,7 @@ def startup(device: Optional[str] = None, main: bool = True) -> sequence.Startup
     ``.pth`` and children's start-up; ``import dmlpatch.auto`` comes too late for that).
     """
     return sequence.start(
-        os.environ.get(resolution.ENV_VAR) or device,
+        os.environ.get(DMLPATCH_DEVICE) or device,
         strict=False,
         speaks=_announcer(main),
         main=main,
@@ -35,7 +36,7 @@ def startup(device: Optional[str] = None, main: bool = True) -> sequence.Startup
 def _announcer(main: bool) -> Optional[Callable[[resolution.Resolution], None]]:
     if announce.rank_zero_worker():
         return announce.resolved
-    if os.environ.get(announce.RANK_ZERO_VAR) != "1" and "LOCAL_RANK" not in os.environ:
+    if os.environ.get(DMLPATCH_ANNOUNCE_RANK_ZERO) != "1" and "LOCAL_RANK" not in os.environ:
         # Not a child of the runner (whose line the runner says): import dmlpatch.auto says
         # what the runner would; an activated process speaks when a CUDA site asks.
         return announce.resolved_when_asked if main else announce.resolved_unless_worker

@@ -14,6 +14,13 @@ import os
 import sys
 
 from dmlpatch import log
+from dmlpatch.environment_variables import (
+    DMLPATCH_BF16,
+    DMLPATCH_DISABLE,
+    DMLPATCH_REPORT,
+    DMLPATCH_SCOPE,
+    DMLPATCH_VERBOSE,
+)
 from dmlpatch.errors import DmlpatchError, UsageError
 
 TYPE_CHECKING = False
@@ -134,9 +141,9 @@ def parse_options(
 
 
 def parse_scope(text: str) -> str:
-    from dmlpatch.rewriting import discovery
+    from dmlpatch.rewriting import scope
 
-    return discovery.parse_scope(text)
+    return scope.parse_scope(text)
 
 
 def parse_bf16(text: str) -> str:
@@ -152,24 +159,23 @@ def prepare(options: Options, report: Optional[str] = None) -> bool:
     active."""
     from dmlpatch.devices import announce
     from dmlpatch.patching import engine
-    from dmlpatch.rewriting import discovery
     from dmlpatch.startup import sequence
 
     if options.verbose:
-        os.environ["DMLPATCH_VERBOSE"] = "1"
+        os.environ[DMLPATCH_VERBOSE] = "1"
     from dmlpatch.opfix import dtype_policy
 
     if options.bf16:
-        os.environ[dtype_policy.BF16_ENV] = options.bf16  # children too
-    dtype_policy.parse_bf16(os.environ.get(dtype_policy.BF16_ENV))  # a bad one is exit 2
+        os.environ[DMLPATCH_BF16] = options.bf16  # children too
+    dtype_policy.parse_bf16(os.environ.get(DMLPATCH_BF16))  # a bad one is exit 2
     if engine.disabled():
-        log.say(f"{engine.DISABLE_VAR}=1: running the program without patches")
+        log.say(f"{DMLPATCH_DISABLE}=1: running the program without patches")
         if report:
             from dmlpatch import report as reports
 
             atexit.register(reports.write, report)
         return False
-    scope_text = options.scope or os.environ.get(discovery.SCOPE_VAR)
+    scope_text = options.scope or os.environ.get(DMLPATCH_SCOPE)
     scope = parse_scope(scope_text) if scope_text else None  # a bad one is exit 2, before anything
     started = sequence.start(
         options.device,
@@ -202,12 +208,12 @@ def run_program(options: Options, console_script: bool, judge: Optional[Judge] =
     from dmlpatch import report
     from dmlpatch.startup import runner
 
-    destination = options.report or os.environ.pop(report.REPORT_VAR, None)
+    destination = options.report or os.environ.pop(DMLPATCH_REPORT, None)
     if destination:
         report.check_destination(destination)
         if report.per_process(destination):
             # Children (DDP ranks, workers) write theirs; they may start in another directory.
-            os.environ[report.REPORT_VAR] = os.path.abspath(destination)
+            os.environ[DMLPATCH_REPORT] = os.path.abspath(destination)
     if console_script:
         runner.find_console_script(options.rest[0])
     elif options.module is not None:
@@ -257,10 +263,6 @@ def run_program(options: Options, console_script: bool, judge: Optional[Judge] =
         # Python ends an interrupted program by SIGINT (130 in a shell; Windows' own code
         # there) once it has shut down: the interpreter does that for an uncaught
         # KeyboardInterrupt, so it gets this one, without printing it a second time.
-        sys.excepthook = printed_already
+        sys.excepthook = runner.printed_already
         raise error
     return code
-
-
-def printed_already(*exc_info: object) -> None:
-    """The excepthook for the KeyboardInterrupt whose trimmed traceback was printed."""

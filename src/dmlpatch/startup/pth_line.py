@@ -22,12 +22,14 @@ from __future__ import annotations
 import ast
 import re
 
+from dmlpatch.environment_variables import DMLPATCH_DISABLE
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
 
 _LINE = (
-    "import os; os.environ.get('DMLPATCH_DISABLE') != '1' and os.path.exists({guard!r}) and "
+    "import os; os.environ.get({disable!r}) != '1' and os.path.exists({guard!r}) and "
     "exec({code!r}, {{'argument': {argument!r}}})\n"
 )
 _PIP_LINE = (
@@ -55,7 +57,7 @@ def line(guard: str, target: str, argument: str, only_pip: bool = False) -> str:
     package, module = where.rsplit(".", 1)
     code = _CODE.format(package=package, module=module, function=function)
     template = _PIP_LINE if only_pip else _LINE
-    return template.format(guard=guard, code=code, argument=argument)
+    return template.format(guard=guard, code=code, argument=argument, disable=DMLPATCH_DISABLE)
 
 
 def is_ours(text: str, target: str) -> bool:

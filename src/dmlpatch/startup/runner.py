@@ -113,6 +113,7 @@ def _run_spec(spec: importlib.machinery.ModuleSpec, rewrite: bool) -> None:
     source = None
     if isinstance(loader, importlib.machinery.SourceFileLoader) and origin.endswith(".py"):
         source = loader.get_data(origin)
+    code: types.CodeType | None
     if source is not None:
         code = _compile(source, origin, rewrite)
     else:
@@ -267,3 +268,7 @@ def _compiling_main(tb: Any) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+def printed_already(*exc_info: object) -> None:
+    """The excepthook for the KeyboardInterrupt whose trimmed traceback was printed."""

@@ -31,6 +31,11 @@ import atexit
 import os
 
 from dmlpatch import log
+from dmlpatch.environment_variables import (
+    DMLPATCH_ANNOUNCE_RANK_ZERO,
+    DMLPATCH_DEVICE,
+    DMLPATCH_REPORT,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,7 +44,6 @@ if TYPE_CHECKING:
 
     from dmlpatch.devices.resolution import Resolution
 
-REPORT_VAR = "DMLPATCH_REPORT"
 CHILD_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child")
 
 
@@ -153,8 +157,8 @@ def start(
         from dmlpatch import report as reports
 
         writer = reports.write
-    elif os.environ.get(REPORT_VAR):
-        report, writer = os.environ[REPORT_VAR], _write_report_if_used
+    elif os.environ.get(DMLPATCH_REPORT):
+        report, writer = os.environ[DMLPATCH_REPORT], _write_report_if_used
     if report and writer is not None:
         atexit.register(writer, report)
         handle.on_undo(lambda: atexit.unregister(writer))
@@ -211,13 +215,12 @@ def _resolve_at_torch_import(torch: object) -> None:
 
 def _propagate_to_children(handle: Startup, spec: str) -> None:
     """Children (subprocess, spawn workers, DDP ranks) start patched through sitecustomize."""
-    from dmlpatch.devices import announce, resolution
 
-    saved = {name: os.environ.get(name) for name in (resolution.ENV_VAR, announce.RANK_ZERO_VAR)}
+    saved = {name: os.environ.get(name) for name in (DMLPATCH_DEVICE, DMLPATCH_ANNOUNCE_RANK_ZERO)}
     saved["PYTHONPATH"] = os.environ.get("PYTHONPATH")
     handle.on_undo(lambda: _restore(saved))
-    os.environ[resolution.ENV_VAR] = spec
-    os.environ[announce.RANK_ZERO_VAR] = "1"
+    os.environ[DMLPATCH_DEVICE] = spec
+    os.environ[DMLPATCH_ANNOUNCE_RANK_ZERO] = "1"
     paths = os.environ.get("PYTHONPATH", "")
     if CHILD_DIRECTORY not in paths.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CHILD_DIRECTORY, paths) if p)

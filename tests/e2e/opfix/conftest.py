@@ -12,13 +12,17 @@ import torch
 from tests.e2e.opfix.helpers import PROFILE
 
 import dmlpatch.sim as sim
-from dmlpatch import opfix
+from dmlpatch import environment_variables, opfix
 
 
 @pytest.fixture(scope="module")
 def dev() -> Iterator[torch.device]:
     """``privateuseone:0`` of the simulated device with the 0.2.5 profile's fixes installed."""
-    for key in [k for k in os.environ if k.startswith("DMLPATCH_SIM_") or k == opfix.CPU_OPS_ENV]:
+    for key in [
+        k
+        for k in os.environ
+        if k.startswith("DMLPATCH_SIM_") or k == environment_variables.DMLPATCH_CPU_OPS
+    ]:
         del os.environ[key]
     sim.load(PROFILE)
     opfix.uninstall()

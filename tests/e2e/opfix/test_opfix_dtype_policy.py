@@ -15,6 +15,7 @@ import torch
 from tests.e2e.opfix.helpers import without_fixes
 
 import dmlpatch.sim as sim
+from dmlpatch import environment_variables
 from dmlpatch.errors import UsageError
 from dmlpatch.opfix import dtype_policy
 
@@ -61,12 +62,12 @@ def _loaded(w: torch.Tensor, d: torch.device) -> torch.Tensor:
 
 @pytest.fixture
 def float16_policy(dev: torch.device) -> Iterator[None]:
-    os.environ[dtype_policy.BF16_ENV] = "float16"
+    os.environ[environment_variables.DMLPATCH_BF16] = "float16"
     previous = dtype_policy.current()
     assert previous is not None
     dtype_policy.configure(frozenset({"BFloat16"}), previous.float64_everywhere)
     yield
-    del os.environ[dtype_policy.BF16_ENV]
+    del os.environ[environment_variables.DMLPATCH_BF16]
     dtype_policy._current = previous
 
 

@@ -11,8 +11,9 @@ from tests.e2e.opfix.helpers import PROFILE, identical
 from tests.e2e.sim.helpers import run_json
 
 import dmlpatch.sim as sim
-from dmlpatch import opfix
+from dmlpatch import environment_variables, opfix
 from dmlpatch.errors import UsageError
+from dmlpatch.gaps import profiles
 
 
 def test_normal_on_the_2022_package() -> None:
@@ -69,7 +70,7 @@ def test_cpu_ops_forces_named_operators_to_the_cpu(dev: torch.device) -> None:
     a = torch.arange(6.0).reshape(2, 3)
     b = torch.full((2, 3), 0.5)
     da, db = a.to(dev), b.to(dev)
-    os.environ[opfix.CPU_OPS_ENV] = "aten::add, aten::unique_dim"
+    os.environ[environment_variables.DMLPATCH_CPU_OPS] = "aten::add, aten::unique_dim"
     try:
         opfix.uninstall()
         installed = opfix.install("sim", PROFILE)
@@ -80,7 +81,7 @@ def test_cpu_ops_forces_named_operators_to_the_cpu(dev: torch.device) -> None:
         da.add_(db)
         counters = sim.counters()
     finally:
-        del os.environ[opfix.CPU_OPS_ENV]
+        del os.environ[environment_variables.DMLPATCH_CPU_OPS]
         opfix.uninstall()
         opfix.install("sim", PROFILE)
     assert identical(total, a + b) and identical(da, a + b)
@@ -111,10 +112,10 @@ def test_cpu_ops_bad_names_are_one_line_errors(dev: torch.device) -> None:
 
 
 def test_fixes_follow_the_profile_and_the_release() -> None:
-    assert opfix.profile_for_release("0.2.5.dev240914") == "torch-directml-0.2.5"
-    assert opfix.profile_for_release("0.2.0.dev230426") == "torch-directml-0.2.5"
-    assert opfix.profile_for_release("0.3.0") == "torch-directml-0.2.5"
-    assert opfix.profile_for_release(None) is None
+    assert profiles.profile_for_release("0.2.5.dev240914") == "torch-directml-0.2.5"
+    assert profiles.profile_for_release("0.2.0.dev230426") == "torch-directml-0.2.5"
+    assert profiles.profile_for_release("0.3.0") == "torch-directml-0.2.5"
+    assert profiles.profile_for_release(None) is None
     permissive = opfix.gaps("permissive")
     assert not any(opfix.needed(k, permissive) for k in opfix.kernels())
     release = opfix.gaps("torch-directml-0.2.5")

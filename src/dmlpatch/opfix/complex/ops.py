@@ -145,13 +145,19 @@ def _pairs_of(value: Any, device: torch.device, part: torch.dtype) -> torch.Tens
 
 
 def _stack(re: Part, im: Part, device: torch.device, part: torch.dtype) -> torch.Tensor:
-    if not isinstance(re, torch.Tensor):
-        re = torch.tensor(0.0 if re is None else re, dtype=part, device=device)
-    if not isinstance(im, torch.Tensor):
-        im = torch.full_like(re, 0.0 if im is None else im, dtype=re.dtype)
-    if re.shape != im.shape:
-        re, im = torch.broadcast_tensors(re, im)
-    return torch.stack((re, im), dim=-1)
+    real: torch.Tensor = (
+        re
+        if isinstance(re, torch.Tensor)
+        else torch.tensor(0.0 if re is None else re, dtype=part, device=device)
+    )
+    imag: torch.Tensor = (
+        im
+        if isinstance(im, torch.Tensor)
+        else torch.full_like(real, 0.0 if im is None else im, dtype=real.dtype)
+    )
+    if real.shape != imag.shape:
+        real, imag = torch.broadcast_tensors(real, imag)
+    return torch.stack((real, imag), dim=-1)
 
 
 def _result(re: Part, im: Part, dtype: torch.dtype, device: torch.device) -> PairedComplex:
@@ -206,8 +212,10 @@ def _product(ar: Part, ai: Part, br: Part, bi: Part) -> tuple[Part, Part]:
 def _quotient(ar: Part, ai: Part, br: Part, bi: Part) -> tuple[Part, Part]:
     if bi is None:
         # One side is a tensor here, so a zero divisor gives inf/nan as PyTorch's does.
-        return (None if ar is None else ar / br), (None if ai is None else ai / br)
+        divisor = 0.0 if br is None else br
+        return (None if ar is None else ar / divisor), (None if ai is None else ai / divisor)
     denominator = _add(_mul(br, br), _mul(bi, bi))
+    assert denominator is not None  # bi is not zero, so neither is bi * bi
     re = _add(_mul(ar, br), _mul(ai, bi))
     im = _sub(_mul(ai, br), _mul(ar, bi))
     return (None if re is None else re / denominator), (None if im is None else im / denominator)

@@ -27,7 +27,7 @@ import torch
 
 from dmlpatch.devices import resolution
 from dmlpatch.patching.arguments import bound_arguments
-from dmlpatch.rewriting import runtime
+from dmlpatch.rewriting import cuda_device
 
 DEVICE_TYPE = "privateuseone"
 
@@ -45,7 +45,7 @@ def _adapter(device: Any) -> int:
         return device.index or 0
     if isinstance(device, str) and device.startswith(DEVICE_TYPE):
         return torch.device(device).index or 0
-    return runtime._target_index(runtime._ordinal(device))
+    return cuda_device.target_index(cuda_device.ordinal_of(device))
 
 
 def init(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -41,7 +41,10 @@ def _directml_backend(requested: Any, rank: Any = None) -> Any:
     from dmlpatch.patches.torch import host_staged
 
     text = "" if requested is None else str(requested).lower()
-    devices = dict(part.split(":", 1) if ":" in part else ("", part) for part in text.split(","))
+    devices: dict[str, str] = {}
+    for part in text.split(","):
+        device, colon, backend = part.partition(":")
+        devices[device if colon else ""] = backend if colon else device
     if text and not set(devices.values()) <= {"gloo", "nccl", "undefined", ""}:
         return requested  # mpi, ucc, a custom backend: the program's own choice
     if "nccl" in devices.values() and _is_first_rank(rank):

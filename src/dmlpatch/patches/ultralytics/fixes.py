@@ -403,16 +403,23 @@ def fuse_on_host(
 
 def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``check_amp``: False on DirectML, with one warning, before any download or AMP run."""
+    return amp_checks_skipped(wrapped, args, kwargs, "training in float32 as with 'amp=False'.")
+
+
+def amp_checks_skipped(
+    wrapped: Wrapper, args: tuple[Any, ...], kwargs: dict[str, Any], training: str
+) -> Any:
+    """``check_amp(model)`` of ultralytics or of yolov5 (its ancestor: same signature, same
+    ``LOGGER`` and ``colorstr``): False where the model is on DirectML, with one warning in the
+    library's own style ending in ``training``; the library's own check anywhere else."""
     bound = bound_arguments(wrapped, args, kwargs)
-    model = bound.arguments["model"]
-    parameter = next(iter(model.parameters()), None)
+    parameter = next(iter(bound.arguments["model"].parameters()), None)
     if parameter is None or parameter.device.type != DEVICE_TYPE:
         return wrapped(*args, **kwargs)
     namespace = wrapped.__globals__
     prefix = namespace["colorstr"]("AMP: ") if "colorstr" in namespace else "AMP: "
     namespace["LOGGER"].warning(
-        f"{prefix}checks skipped ⚠️, DirectML has no automatic mixed precision (AMP); "
-        "training in float32 as with 'amp=False'."
+        f"{prefix}checks skipped ⚠️, DirectML has no automatic mixed precision (AMP); {training}"
     )
     return False
 

@@ -14,7 +14,11 @@ from typing import Any, Callable
 import torch
 
 from dmlpatch.devices import announce
-from dmlpatch.patches.ultralytics.fixes import DEVICE_TYPE, adapter_name, directml_request
+from dmlpatch.patches.ultralytics.fixes import (
+    adapter_name,
+    amp_checks_skipped,
+    directml_request,
+)
 from dmlpatch.patching.arguments import bound_arguments
 
 Wrapper = Callable[..., Any]
@@ -48,15 +52,6 @@ def select_device(
 
 
 def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``check_amp``: False on DirectML, with yolov5's own AMP warning style."""
-    bound = bound_arguments(wrapped, args, kwargs)
-    parameter = next(iter(bound.arguments["model"].parameters()), None)
-    if parameter is None or parameter.device.type != DEVICE_TYPE:
-        return wrapped(*args, **kwargs)
-    namespace = wrapped.__globals__
-    prefix = namespace["colorstr"]("AMP: ") if "colorstr" in namespace else "AMP: "
-    namespace["LOGGER"].warning(
-        f"{prefix}checks skipped ⚠️, DirectML has no automatic mixed precision (AMP); "
-        "training in float32."
-    )
-    return False
+    """``check_amp``: False on DirectML, with yolov5's own AMP warning style (yolov5 has no
+    ``amp`` option to name)."""
+    return amp_checks_skipped(wrapped, args, kwargs, "training in float32.")
