@@ -124,7 +124,10 @@ def test_adapter_families_get_their_route() -> None:
     names = ["AMD Radeon RX 7900 XTX", "Radeon RX 580 Series", "Intel(R) Arc(TM) A770 Graphics"]
     env = clean_env(DMLPATCH_DEVICE="sim", DMLPATCH_SIM_ADAPTERS=";".join(names))
     code, rows = _doctor_json("--no-import", env=env)
-    assert code == 0
+    # The exit code is the machine's: 1 beside a torch-directml that cannot load here
+    # (.ci/compat's venv), never because of the adapters.
+    failing = [c["area"] for c in rows if c["status"] == "FAIL"]
+    assert code == (1 if failing else 0) and failing in ([], ["directml"]), failing
     adapters = [c for c in rows if c["area"] == "adapter"]
     assert [a["details"]["name"] for a in adapters] == names
     assert [a["details"]["faster"] for a in adapters] == ["rocm", None, "xpu"]
