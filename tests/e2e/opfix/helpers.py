@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -78,3 +78,18 @@ def same_values(device_result: torch.Tensor, cpu_result: torch.Tensor) -> bool:
             got.nan_to_num(0.0) + 0.0, cpu_result.nan_to_num(0.0) + 0.0
         )
     return torch.equal(got, cpu_result)
+
+
+def grads(
+    function: Callable[..., torch.Tensor], wrt: int = 99
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The output and the gradients of the first ``wrt`` inputs, for a fixed output gradient."""
+
+    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = [x.detach().requires_grad_() if i < wrt else x for i, x in enumerate(inputs)]
+        out = function(*leaves)
+        weights = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
+        (out * weights).sum().backward()
+        return (out.detach(), *(x.grad for x in leaves[:wrt]))
+
+    return run

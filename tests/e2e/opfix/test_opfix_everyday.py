@@ -11,24 +11,9 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.e2e.opfix.helpers import close, no_copies, without_fixes
+from tests.e2e.opfix.helpers import close, grads, no_copies, without_fixes
 
 import dmlpatch.sim as sim
-
-
-def _grads(
-    function: Callable[..., torch.Tensor], wrt: int = 99
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """The output and the gradients of the first ``wrt`` inputs, for a fixed output gradient."""
-
-    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        leaves = [x.detach().requires_grad_() if i < wrt else x for i, x in enumerate(inputs)]
-        out = function(*leaves)
-        weights = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
-        (out * weights).sum().backward()
-        return (out.detach(), *(x.grad for x in leaves[:wrt]))
-
-    return run
 
 
 def _group_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -59,12 +44,12 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::isneginf.out",
     ),
     "group_norm backward": (
-        _grads(_group_norm),
+        grads(_group_norm),
         (torch.randn(3, 8, 5, 5), torch.randn(8), torch.randn(8)),
         "aten::native_group_norm_backward",
     ),
     "group_norm backward without affine": (
-        _grads(lambda x: F.group_norm(x, 2)),
+        grads(lambda x: F.group_norm(x, 2)),
         (torch.randn(2, 6, 7),),
         "aten::native_group_norm_backward",
     ),
@@ -85,7 +70,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::cumprod.out",
     ),
     "cumprod backward": (
-        _grads(lambda x: torch.cumprod(x, 0)),
+        grads(lambda x: torch.cumprod(x, 0)),
         (torch.rand(9) + 0.5,),
         "aten::cumprod.out",
     ),
@@ -96,7 +81,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
     ),
     **{
         f"grid_sample {mode} {padding} align_corners={align}": (
-            _grads(
+            grads(
                 lambda x, g, mode=mode, padding=padding, align=align: F.grid_sample(
                     x, g, mode=mode, padding_mode=padding, align_corners=align
                 ),
@@ -148,7 +133,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
     ),
     **{
         f"upsample_nearest1d {label}": (
-            _grads(lambda x, kw=kw: F.interpolate(x, mode="nearest", **kw)),
+            grads(lambda x, kw=kw: F.interpolate(x, mode="nearest", **kw)),
             (torch.randn(2, 3, 7),),
             "aten::upsample_nearest1d.out",
         )
@@ -179,7 +164,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
     ),
     **{
         f"embedding_bag {label}": (
-            _grads(
+            grads(
                 lambda w, i, o, p, kw=kw: F.embedding_bag(
                     i,
                     w,
@@ -205,7 +190,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         }.items()
     },
     "embedding_bag include_last_offset": (
-        _grads(lambda w, i, o: F.embedding_bag(i, w, o, include_last_offset=True), wrt=1),
+        grads(lambda w, i, o: F.embedding_bag(i, w, o, include_last_offset=True), wrt=1),
         (torch.randn(10, 4), torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2, 2, 6])),
         "aten::_embedding_bag",
     ),
@@ -231,17 +216,17 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::logit",
     ),
     "logit backward": (
-        _grads(lambda x: torch.logit(x, eps=1e-3)),
+        grads(lambda x: torch.logit(x, eps=1e-3)),
         (torch.tensor([0.0005, 0.2, 0.5, 0.7, 0.9995]),),
         "aten::logit_backward.grad_input",
     ),
     "binary_cross_entropy": (
-        _grads(F.binary_cross_entropy, wrt=1),
+        grads(F.binary_cross_entropy, wrt=1),
         (torch.rand(6, 3).clamp(0.01, 0.99), torch.randint(0, 2, (6, 3)).float()),
         "aten::binary_cross_entropy",
     ),
     "binary_cross_entropy weighted sum": (
-        _grads(lambda x, t, w: F.binary_cross_entropy(x, t, w, reduction="sum"), wrt=1),
+        grads(lambda x, t, w: F.binary_cross_entropy(x, t, w, reduction="sum"), wrt=1),
         (torch.rand(6, 3), torch.rand(6, 3), torch.rand(6, 3)),
         "aten::binary_cross_entropy",
     ),
@@ -251,7 +236,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::linalg_inv_ex.inverse",
     ),
     "torch.inverse 8x8 backward": (
-        _grads(torch.inverse),
+        grads(torch.inverse),
         (torch.randn(8, 8) + 8 * torch.eye(8),),
         "aten::linalg_inv_ex.inverse",
     ),
@@ -261,7 +246,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::_linalg_solve_ex.result",
     ),
     "linalg.solve broadcast, backward": (
-        _grads(torch.linalg.solve, wrt=2),
+        grads(torch.linalg.solve, wrt=2),
         (torch.randn(3, 1, 4, 4) + 4 * torch.eye(4), torch.randn(2, 4, 2)),
         "aten::linalg_lu_solve.out",
     ),

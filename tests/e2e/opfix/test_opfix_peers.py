@@ -13,24 +13,9 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.e2e.opfix.helpers import close, identical, no_copies, without_fixes
+from tests.e2e.opfix.helpers import close, grads, identical, no_copies, without_fixes
 
 import dmlpatch.sim as sim
-
-
-def _grads(
-    function: Callable[..., torch.Tensor], wrt: int = 99
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """The output and the gradients of the first ``wrt`` inputs, for a fixed output gradient."""
-
-    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        leaves = [x.detach().requires_grad_() if i < wrt else x for i, x in enumerate(inputs)]
-        out = function(*leaves)
-        weights = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
-        (out * weights).sum().backward()
-        return (out.detach(), *(x.grad for x in leaves[:wrt]))
-
-    return run
 
 
 def _weight_normed_conv(x: torch.Tensor, v: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -49,7 +34,7 @@ _points = torch.randn(4, 5, 3)
 CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
     # name: (function of device-or-CPU tensors, CPU inputs, the operator DirectML lacks)
     "linalg.cross": (
-        _grads(lambda a, b: torch.linalg.cross(a, b)),
+        grads(lambda a, b: torch.linalg.cross(a, b)),
         (_points, torch.randn(4, 5, 3)),
         "aten::linalg_cross.out",
     ),
@@ -63,14 +48,14 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.tensor([[7, 8, 9], [1, 0, -1]])),
         "aten::linalg_cross.out",
     ),
-    "dot": (_grads(torch.dot), (torch.randn(17), torch.randn(17)), "aten::dot"),
+    "dot": (grads(torch.dot), (torch.randn(17), torch.randn(17)), "aten::dot"),
     "dot of integers": (
         torch.dot,
         (torch.tensor([1, 2, 3]), torch.tensor([4, -5, 6])),
         "aten::dot",
     ),
     "det 3x3 batch": (
-        _grads(torch.linalg.det),
+        grads(torch.linalg.det),
         (_well_conditioned(3, (6,)),),
         "aten::_linalg_det.result",
     ),
@@ -80,7 +65,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::_linalg_det.result",
     ),
     "det of a transposed (column-major) batch": (
-        _grads(lambda a: torch.linalg.det(a.mT)),
+        grads(lambda a: torch.linalg.det(a.mT)),
         (_well_conditioned(4, (2,)),),
         "aten::_linalg_det.result",
     ),
@@ -100,13 +85,13 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::lu_unpack.out",
     ),
     "lu_factor backward": (
-        _grads(lambda a: torch.linalg.lu_factor(a)[0]),
+        grads(lambda a: torch.linalg.lu_factor(a)[0]),
         (_well_conditioned(4, (2,)),),
         "aten::linalg_lu_factor_ex.out",
     ),
     **{
         f"solve_triangular upper={upper} left={left} unit={unit}": (
-            _grads(
+            grads(
                 lambda a, b, upper=upper, left=left, unit=unit: torch.linalg.solve_triangular(
                     a.triu() if upper else a.tril(), b, upper=upper, left=left, unitriangular=unit
                 )
@@ -119,7 +104,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         for unit in (False, True)
     },
     "amin": (
-        _grads(lambda x: torch.amin(x, dim=(0, 2))),
+        grads(lambda x: torch.amin(x, dim=(0, 2))),
         (torch.randn(3, 4, 5),),
         "aten::amin.out",
     ),
@@ -144,7 +129,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::aminmax.out",
     ),
     "clamp to tensor bounds": (
-        _grads(lambda x, lo, hi: torch.clamp(x, lo, hi), wrt=1),
+        grads(lambda x, lo, hi: torch.clamp(x, lo, hi), wrt=1),
         (torch.randn(3, 6) * 3, torch.full((6,), -1.0), torch.linspace(0.5, 2, 6)),
         "aten::clamp.Tensor_out",
     ),
@@ -168,14 +153,14 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (torch.randn(4, 4), torch.zeros(4)),
         "aten::clamp_min.Tensor_out",
     ),
-    "glu": (_grads(lambda x: F.glu(x, dim=1)), (torch.randn(2, 6, 5),), "aten::glu.out"),
+    "glu": (grads(lambda x: F.glu(x, dim=1)), (torch.randn(2, 6, 5),), "aten::glu.out"),
     "glu backward": (
-        _grads(lambda x: F.glu(x, dim=-1)),
+        grads(lambda x: F.glu(x, dim=-1)),
         (torch.randn(3, 8),),
         "aten::glu_backward.grad_input",
     ),
     "std": (
-        _grads(lambda x: torch.std(x, dim=-1, keepdim=True)),
+        grads(lambda x: torch.std(x, dim=-1, keepdim=True)),
         (torch.randn(2, 3, 50),),
         "aten::std.correction_out",
     ),
@@ -185,17 +170,17 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         "aten::std.correction_out",
     ),
     "weight-normed conv1d": (
-        _grads(_weight_normed_conv),
+        grads(_weight_normed_conv),
         (torch.randn(2, 4, 9), torch.randn(6, 4, 3), torch.rand(6, 1, 1) + 0.5),
         "aten::_weight_norm_interface",
     ),
     "weight-normed conv1d backward": (
-        _grads(_weight_normed_conv),
+        grads(_weight_normed_conv),
         (torch.randn(2, 4, 9), torch.randn(6, 4, 3), torch.rand(6, 1, 1) + 0.5),
         "aten::_weight_norm_interface_backward",
     ),
     "weight norm over the last dim": (
-        _grads(lambda v, g: torch._weight_norm(v, g, 2)),
+        grads(lambda v, g: torch._weight_norm(v, g, 2)),
         (torch.randn(3, 4, 5), torch.rand(1, 1, 5) + 0.5),
         "aten::_weight_norm_interface",
     ),

@@ -854,6 +854,13 @@ def _fill(func: Any, z: Any, value: Any) -> Any:
     return z
 
 
+def _warn_real_cast() -> None:
+    """PyTorch's own warning, attributed past dmlpatch's frames to the caller of the copy."""
+    warnings.warn(
+        "Casting complex values to real discards the imaginary part", UserWarning, stacklevel=3
+    )
+
+
 @_handles(aten.copy_.default)
 def _copy(func: Any, dst: Any, src: Any, non_blocking: bool = False) -> Any:
     if is_paired(dst):
@@ -868,9 +875,7 @@ def _copy(func: Any, dst: Any, src: Any, non_blocking: bool = False) -> Any:
     if host is not None and dst.is_complex():
         dst.copy_(host.to(dst.dtype), non_blocking)
         return dst
-    warnings.warn(
-        "Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2
-    )
+    _warn_real_cast()
     dst.copy_(src.pairs[..., 0], non_blocking)
     return dst
 
@@ -890,9 +895,7 @@ def _to_copy(
     target = torch.device(device) if device is not None else z.device
     wanted = dtype if dtype is not None else z.dtype
     if not wanted.is_complex:
-        warnings.warn(
-            "Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2
-        )
+        _warn_real_cast()
         return z.pairs[..., 0].to(device=target, dtype=wanted, non_blocking=non_blocking, copy=True)
     pairs = z.pairs.to(
         device=target, dtype=PART_DTYPES[wanted], non_blocking=non_blocking, copy=True
