@@ -84,19 +84,43 @@ class Assets:
 
 @pytest.fixture(scope="session")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Assets]:
-    root = tmp_path_factory.mktemp("gfpgan-assets")
-    built = run_python(
-        ["-m", "dmlpatch", "--device", "cpu", str(HERE / "gfpgan_fixtures.py"), str(root)],
-        env=clean_env(),
-        timeout=600,
-    )
-    assert built.code == 0, built.err
-    script = gfpgan_fixtures.upstream_script(tmp_path_factory.mktemp("gfpgan-sdist"), clean_env())
-    site = root / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
+    root = _built_once_per_run(tmp_path_factory)
+    # Each worker its own log: a test clears it before it runs.
+    netlog = tmp_path_factory.mktemp("gfpgan-netlog") / "netlog.txt"
     with _in_site_packages(root / "realesrgan" / "RealESRGAN_x2plus.pth"):
-        yield Assets(root, script, site, root / "netlog.txt")
+        yield Assets(root, root / "upstream" / "inference_gfpgan.py", root / "site", netlog)
+
+
+def _built_once_per_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The weights (1.2 GB), the upstream script and the sitecustomize in the directory that
+    the run's workers share (pytest-xdist gives each its own basetemp below it): built by the
+    first worker to ask, read by the others."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    root = shared / "gfpgan-assets"
+    with open(shared / "gfpgan-assets.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "complete").exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker that failed half-way
+            root.mkdir()
+            fixtures = str(HERE / "gfpgan_fixtures.py")
+            built = run_python(
+                ["-m", "dmlpatch", "--device", "cpu", fixtures, str(root)],
+                env=clean_env(),
+                timeout=600,
+            )
+            assert built.code == 0, built.err
+            sdist = root / "upstream"
+            sdist.mkdir()
+            gfpgan_fixtures.upstream_script(sdist, clean_env())
+            for archive in sdist.glob("*.tar.gz"):
+                archive.unlink()
+            site = root / "site"
+            site.mkdir()
+            (site / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
+            (root / "complete").touch()
+    return root
 
 
 @contextlib.contextmanager
