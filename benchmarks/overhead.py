@@ -62,9 +62,9 @@ PER_CALL = textwrap.dedent(
 )
 
 # Activation as the .pth bootstrap does it: specs planned, hook installed, nothing resolved.
-HOOK_ONLY = "import dmlpatch.patching.engine; dmlpatch.patching.engine.install('sim')"
+HOOK_ONLY = "import dmlpatch.specs.engine; dmlpatch.specs.engine.install('sim')"
 DMLPATCH_ACTIVE = (
-    "import dmlpatch, dmlpatch.patching.engine; dmlpatch.patching.engine.install('sim'); "
+    "import dmlpatch, dmlpatch.specs.engine; dmlpatch.specs.engine.install('sim'); "
     "dmlpatch.device()"
 )
 # cuda-morph's activate() patches only when an Ascend NPU is present; its global patches of
@@ -229,8 +229,8 @@ def target_import(rounds: int, workdir: Path) -> None:
     )
     env = {**BASE_ENV, "PYTHONPATH": str(site), "DMLPATCH_PATCHES": str(specs)}
     code = (
-        "import time, sys, torch, dmlpatch.patching.engine\n"
-        "dmlpatch.patching.engine.install('cpu')\n"
+        "import time, sys, torch, dmlpatch.specs.engine\n"
+        "dmlpatch.specs.engine.install('cpu')\n"
         "t = time.perf_counter(); import benchtarget.big\n"
         "sys.stdout.write(str(time.perf_counter() - t))\n"
     )

@@ -2,6 +2,15 @@
 
 ``import dmlpatch`` is cheap: it imports neither torch, torch-directml nor any target library.
 
+The public API is this package's functions (:func:`patch`, :func:`unpatch`, :func:`device`,
+:func:`describe`), ``dmlpatch.auto``, ``dmlpatch.sim`` (the simulated DirectML device),
+``dmlpatch.errors``, the ``dmlpatch`` command and the pytest plugin; a patch pack's fixes are
+called as ``fix(wrapped, instance, args, kwargs)`` and need no dmlpatch module
+(``dmlpatch/patches/README.md``). Every other module is internal: its name and contents may
+change in any release. They are not underscored because two of them are named in the ``.pth``
+lines of environments already activated (``dmlpatch.startup.bootstrap``,
+``dmlpatch.pinning.pip_refusal``), and one layout for all beats a rule with exceptions.
+
 PYTEST_DONT_REWRITE: pytest marks the packages of its plugins (``dmlpatch.pytest_plugin``) for
 assertion rewriting, and under ``python -m dmlpatch -m pytest`` this package is imported before
 pytest starts; the marker keeps pytest from warning that it cannot rewrite it.
@@ -48,7 +57,7 @@ def patch(device: Optional[str] = None) -> Any:
 def unpatch() -> None:
     """Undo this process's start-up: the import hook, every function-level fix and what else
     it installed (the opposite of :func:`patch`)."""
-    from dmlpatch.patching import engine
+    from dmlpatch.specs import engine
     from dmlpatch.startup import sequence
 
     started = sequence.current()

@@ -75,15 +75,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def pytest_unconfigure(config: Any) -> None:
     """Lines from here on (the exit's) go to stderr, where pytest no longer captures; any
     held line no summary showed (``-p no:terminal``, an xdist worker) goes there too."""
-    if _active:
+    if _patched:
         log.divert(None)
         for line in _held:
             log.say(line.partition("dmlpatch: ")[2])
         _held.clear()
 
 
-_active = hook.is_installed()
-if _active:
+_patched = hook.is_installed()
+if _patched:
     from dmlpatch.rewriting import composition
 
     composition.register(PYTEST_LOADER, _composer)

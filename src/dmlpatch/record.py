@@ -1,7 +1,7 @@
 """What dmlpatch did in this process, recorded as it happens: modules rewritten, functions
 wrapped, modules aliased, and what was left alone and why.
 
-The import hook, discovery and the patching engine write here; ``dmlpatch.report`` reads it when
+The import hook, discovery and the specs engine write here; ``dmlpatch.report`` reads it when
 it assembles the report. This module imports nothing of dmlpatch's, so anything may write to it
 without importing the report's readers (the device session, discovery's scope).
 """

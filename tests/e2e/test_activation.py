@@ -13,8 +13,8 @@ import pytest
 from support import clean_env, linked_venv, run_python
 
 CHECK = (
-    "import sys; from dmlpatch.patching import engine; "
-    "print(engine.is_active(), 'torch' in sys.modules, 'dmlpatch.startup.bootstrap' in sys.modules)"
+    "import sys; from dmlpatch.specs import engine; print(engine.is_patched(), "
+    "'torch' in sys.modules, 'dmlpatch.startup.bootstrap' in sys.modules)"
 )
 
 

@@ -36,9 +36,9 @@ from typing import Callable
 
 import pytest
 
-from dmlpatch.patching import plan
 from dmlpatch.rewriting import bytecode_cache, discovery
 from dmlpatch.sim import build
+from dmlpatch.specs import plan
 
 from support import Result, clean_env, run_python
 

@@ -29,9 +29,9 @@ from typing import Callable, Optional
 
 import pytest
 
-from dmlpatch.patching import plan
 from dmlpatch.paths import file_tag
-from dmlpatch.rewriting import discovery, hook, sites
+from dmlpatch.rewriting import discovery, hook, transform
+from dmlpatch.specs import plan
 
 from support import Result, clean_env, linked_venv
 
@@ -156,7 +156,7 @@ def _verdict_repaired(box: Box) -> None:
     written = discovery._read(str(_index_file(box)))
     origin = box.inputs / "mylib.py"
     entry = written[str(origin)]
-    assert entry[3] == len(sites.find_sites(origin.read_bytes())) > 0, entry  # examined again
+    assert entry[3] == len(transform.find_sites(origin.read_bytes())) > 0, entry  # examined again
 
 
 def _malformed_plan(box: Box) -> dict[str, str]:

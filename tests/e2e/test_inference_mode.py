@@ -144,7 +144,7 @@ def test_every_form_of_inference_mode_is_grad_mode_off_on_directml(tmp_path: Pat
 
 DECIDED_PER_ENTRY = """
 import torch
-from dmlpatch.rewriting.inference import inference_mode
+from dmlpatch.runtime.inference import inference_mode
 
 @inference_mode()
 def made():

@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 from corpus._harness import accelerator
 from dmlpatch.devices import resolution
 from dmlpatch.rewriting.rules import may_have_sites
-from dmlpatch.rewriting.runtime import ALIAS, KEPT_ALIAS
-from dmlpatch.rewriting.sites import Rewritten, rewrite
+from dmlpatch.rewriting.transform import Rewritten, rewrite
+from dmlpatch.runtime.sites import ALIAS, KEPT_ALIAS
 
 PURELIB = Path(sysconfig.get_paths()["purelib"])
 
@@ -264,7 +264,7 @@ def test_the_rewriter_cannot_break_site_packages(
 #
 # Programs composed of CUDA idioms (sites) and look-alikes (not sites) in varied surroundings.
 # Each runs twice against a stand-in torch that believes it has two CUDA GPUs: as written, and
-# rewritten, with the real dmlpatch.rewriting.runtime answering for a two-adapter accelerator.
+# rewritten, with the real dmlpatch.runtime.sites answering for a two-adapter accelerator.
 
 #: One source line and how many sites the rewriter must find on it.
 Line = tuple[str, int]

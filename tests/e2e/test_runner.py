@@ -146,7 +146,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], message: 
 
 def test_disable_runs_the_program_unpatched(tmp_path: Path) -> None:
     script = tmp_path / "p.py"
-    script.write_text("import sys\nprint('dmlpatch.rewriting.runtime' in sys.modules)\n")
+    script.write_text("import sys\nprint('dmlpatch.runtime.sites' in sys.modules)\n")
     result = run_python(["-m", "dmlpatch", str(script)], env=clean_env(DMLPATCH_DISABLE="1"))
     assert result.code == 0
     assert result.out == "False\n"
@@ -157,7 +157,7 @@ def test_import_dmlpatch_imports_no_torch() -> None:
     result = run_python(
         [
             "-c",
-            "import sys, dmlpatch, dmlpatch.commands.cli, dmlpatch.patching.engine, "
+            "import sys, dmlpatch, dmlpatch.commands.cli, dmlpatch.specs.engine, "
             "dmlpatch.startup.bootstrap; "
             "print(sorted(m for m in ('torch', 'torch_directml', 'wrapt') if m in sys.modules))",
         ]

@@ -20,7 +20,7 @@ import pytest
 from corpus._harness import Sandbox, child_env, sandbox
 from dmlpatch._version import __version__
 from dmlpatch.rewriting import bytecode_cache, hook
-from dmlpatch.rewriting import sites as rewrite
+from dmlpatch.rewriting import transform as rewrite
 
 #: A source hash where the test does not validate by hash.
 NO_HASH = bytes(8)
@@ -53,7 +53,7 @@ def make(box: Sandbox, answer: int = 1) -> Path:
 
 def cache_file(path: Path, expect_sites: int = 2) -> Path:
     location = bytecode_cache.location(
-        str(path), bytecode_cache.tag("f1", expect_sites, "dmlpatch.rewriting.runtime")
+        str(path), bytecode_cache.tag("f1", expect_sites, "dmlpatch.runtime.sites")
     )
     assert location is not None
     return Path(location)
@@ -72,12 +72,12 @@ def no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_tag_is_alphanumeric_and_carries_version_spec_and_runtime() -> None:
-    tag = bytecode_cache.tag("abc", 2, "dmlpatch.rewriting.runtime")
+    tag = bytecode_cache.tag("abc", 2, "dmlpatch.runtime.sites")
     assert tag.isalnum()
     assert tag.startswith("dmlpatch" + "".join(c for c in __version__ if c.isalnum()))
     others = {
-        bytecode_cache.tag("abd", 2, "dmlpatch.rewriting.runtime"),
-        bytecode_cache.tag("abc", 3, "dmlpatch.rewriting.runtime"),
+        bytecode_cache.tag("abd", 2, "dmlpatch.runtime.sites"),
+        bytecode_cache.tag("abc", 3, "dmlpatch.runtime.sites"),
         # Rewritten code imports its runtime by name: a moved runtime needs a new cache.
         bytecode_cache.tag("abc", 2, "dmlpatch.runtime"),
     }
@@ -311,7 +311,7 @@ def test_concurrent_cold_imports_all_succeed(box: Sandbox, tmp_path: Path) -> No
 _REAL_CHILD = """
 import json, os, sys, time
 from importlib.machinery import PathFinder
-from dmlpatch.patching import engine
+from dmlpatch.specs import engine
 from dmlpatch.rewriting import hook
 from dmlpatch import report
 
@@ -401,7 +401,7 @@ def test_concurrent_cold_loads_of_the_real_targets(
 
 
 def _real_targets() -> list[hook.ModuleTarget]:
-    from dmlpatch.patching import plan
+    from dmlpatch.specs import plan
 
     return [hook.ModuleTarget(*target) for target in plan.build()["targets"]]
 

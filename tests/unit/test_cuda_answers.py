@@ -1,4 +1,4 @@
-"""What rewritten code's CUDA API answers (``dmlpatch.rewriting.cuda_api``, ``amp``,
+"""What rewritten code's CUDA API answers (``dmlpatch.runtime.cuda_api``, ``amp``,
 ``accelerator``) for a given resolution: DirectML's truth on an accelerator, torch's own
 answer (or failure) anywhere else. The end-to-end runs are in tests/e2e/test_cuda_api.py."""
 
@@ -14,7 +14,8 @@ import torch
 from corpus._harness import accelerator, cpu
 from dmlpatch import log
 from dmlpatch.devices import adapters, resolution
-from dmlpatch.rewriting import amp, cuda_api, cuda_device, runtime
+from dmlpatch.runtime import amp, cuda_api, cuda_device
+from dmlpatch.runtime import sites as runtime
 
 
 @pytest.fixture
@@ -270,7 +271,7 @@ def test_grad_scaler_for_the_cpu_is_torch_s(on, said: list[str]) -> None:
 
 
 def test_accelerator_answers_for_the_mapped_adapters(on) -> None:
-    from dmlpatch.rewriting import accelerator as api
+    from dmlpatch.runtime import accelerator as api
 
     on(accelerator(2, 0))
     assert api.is_available() is True
@@ -290,7 +291,7 @@ def test_accelerator_answers_for_the_mapped_adapters(on) -> None:
 
 
 def test_accelerator_off_directml_is_torch_s(on) -> None:
-    from dmlpatch.rewriting import accelerator as api
+    from dmlpatch.runtime import accelerator as api
 
     on(cpu())
     if not hasattr(torch, "accelerator"):  # torch-directml's torch 2.4.1: missing, as there

@@ -8,8 +8,10 @@ import torch
 
 from corpus._harness import accelerator
 from dmlpatch.devices import resolution
-from dmlpatch.rewriting import cuda_api, cuda_inventory, runtime
-from dmlpatch.rewriting.sites import rewrite
+from dmlpatch.rewriting import cuda_inventory
+from dmlpatch.rewriting.transform import rewrite
+from dmlpatch.runtime import cuda_api
+from dmlpatch.runtime import sites as runtime
 
 from support import REPO
 

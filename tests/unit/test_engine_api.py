@@ -12,17 +12,17 @@ from support import clean_env, run_python
 PROGRAM = """
 import json
 import dmlpatch
-from dmlpatch.patching import engine
+from dmlpatch.specs import engine
 from dmlpatch.rewriting import hook
 
 patched = bool(dmlpatch.patch("cpu"))  # the handle: true while patches are active
-during = [engine.is_active(), hook.is_installed()]
+during = [engine.is_patched(), hook.is_installed()]
 # The public functions outlive the import of every subpackage (a subpackage named like one
 # would replace it as an attribute of the package).
-import dmlpatch.devices.resolution, dmlpatch.patches, dmlpatch.patching.plan  # noqa: E401,F401
+import dmlpatch.devices.resolution, dmlpatch.patches, dmlpatch.specs.plan  # noqa: E401,F401
 assert str(dmlpatch.device()) == "cpu" and dmlpatch.describe()["backend"] == "cpu"
 dmlpatch.unpatch()
-print(json.dumps([patched, during, [engine.is_active(), hook.is_installed()]]))
+print(json.dumps([patched, during, [engine.is_patched(), hook.is_installed()]]))
 """
 
 
@@ -42,12 +42,12 @@ HANDLE = """
 import json, os, sys
 import dmlpatch
 from dmlpatch.errors import UsageError
-from dmlpatch.patching import engine
+from dmlpatch.specs import engine
 from dmlpatch.rewriting import hook
 from dmlpatch.startup import sequence
 
 def state():
-    return [engine.is_active(), hook.is_installed(), "torch" in hook._watched]
+    return [engine.is_patched(), hook.is_installed(), "torch" in hook._watched]
 
 before = state()
 with dmlpatch.patch("cpu") as started:

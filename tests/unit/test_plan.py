@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from dmlpatch.patching import plan
 from dmlpatch.rewriting.hook import ModuleTarget
+from dmlpatch.specs import plan
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_entries_read_back_as_their_records(cache: Path, monkeypatch: pytest.Mon
     basicsr = [t for t in targets if t.spec == "basicsr"]
     assert basicsr, "the built-in basicsr spec names rewrite targets"
     assert all(t.module.startswith("basicsr.") and t.expect_sites >= 1 for t in basicsr)
-    assert all(t.runtime == "dmlpatch.rewriting.runtime" for t in basicsr)
+    assert all(t.runtime == "dmlpatch.runtime.sites" for t in basicsr)
     fixes = [plan.RECORDS["wraps"]._make(entry) for entry in built["wraps"]]
     assert all(":" in f.target and f.fix.startswith("dmlpatch.patches.") for f in fixes)
 

@@ -17,8 +17,8 @@ import torch
 
 from corpus._harness import accelerator, child_env, cpu, idiom_files, marked_sites, sandbox
 from dmlpatch.devices import resolution
-from dmlpatch.rewriting import runtime
-from dmlpatch.rewriting.sites import Site, find_sites, rewrite
+from dmlpatch.rewriting.transform import Site, find_sites, rewrite
+from dmlpatch.runtime import sites as runtime
 
 IDIOMS = idiom_files()
 
@@ -294,7 +294,7 @@ def test_rewritten_code_reads_like_the_original() -> None:
         """\
         \"\"\"A module.\"\"\"
         from __future__ import annotations
-        import dmlpatch.rewriting.runtime as __dmlpatch__
+        import dmlpatch.runtime.sites as __dmlpatch__
         import torch
         device = torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
 
@@ -311,9 +311,7 @@ def test_rewritten_code_reads_like_the_original() -> None:
 def test_runtime_import_is_inserted_once_and_only_with_sites() -> None:
     with_sites = rewrite("x.cuda()\ny.cuda()\n").tree
     imports = [node for node in with_sites.body if isinstance(node, ast.Import)]
-    assert [alias.name for node in imports for alias in node.names] == [
-        "dmlpatch.rewriting.runtime"
-    ]
+    assert [alias.name for node in imports for alias in node.names] == ["dmlpatch.runtime.sites"]
     assert imports[0].names[0].asname == runtime.ALIAS == "__dmlpatch__"
     assert with_sites.body[0] is imports[0]
     without = rewrite("'''doc'''\nimport torch\n").tree
@@ -722,8 +720,8 @@ def test_only_the_functions_that_use_an_unanswered_name_keep_cuda_s_meaning() ->
     assert result.kept == (("Ring.reduce", ("nccl",)), ("fused", ("jiterator",)))
     text = ast.unparse(result.tree)
     assert text.startswith(
-        "import dmlpatch.rewriting.runtime_as_written as __dmlpatch_kept__\n"
-        "import dmlpatch.rewriting.runtime as __dmlpatch__\n"
+        "import dmlpatch.runtime.as_written as __dmlpatch_kept__\n"
+        "import dmlpatch.runtime.sites as __dmlpatch__\n"
     )
     assert "DEVICE = __dmlpatch__.device('cuda') if __dmlpatch__.is_available() else" in text
     assert "if __dmlpatch_kept__.is_available(scope='fused', uses=('jiterator',)):" in text
@@ -737,7 +735,7 @@ def test_a_kept_function_asks_cuda_and_says_why_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from dmlpatch import log
-    from dmlpatch.rewriting import runtime_as_written
+    from dmlpatch.runtime import as_written as runtime_as_written
 
     namespace = {"__name__": "lib.fused"}
     code = "def ask():\n    return is_available(scope='f', uses=('jiterator', 'nccl'))\n"

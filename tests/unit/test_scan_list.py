@@ -9,7 +9,7 @@ import pytest
 
 from dmlpatch._metadata import version_of
 from dmlpatch.commands import scan
-from dmlpatch.patching import specs
+from dmlpatch.specs import loading
 
 from support import run_python
 
@@ -60,14 +60,14 @@ def test_spec_skeleton_is_a_valid_spec(tmp_path: Path) -> None:
     assert result.code == 0, result.err
     path = tmp_path / "pkg.toml"
     path.write_text(result.out)
-    spec = specs.load_file(path)
+    spec = loading.load_file(path)
     assert [(r.modules, r.expect_sites) for r in spec.rewrites] == [(("model",), 3)]
     assert "# [[wrap]]" in result.out and 'target = "ops.act:FUNCTION"' in result.out
 
 
 def _rewrite_rules() -> list[tuple[str, str, int]]:
     rules = []
-    for spec in specs.load_all():
+    for spec in loading.load_all():
         installed = version_of(spec.distribution)
         if installed is None or not spec.versions.contains(installed, prereleases=True):
             continue
@@ -91,7 +91,7 @@ def test_list_reports_every_spec_against_installed_versions() -> None:
     result = run_python(["-m", "dmlpatch", "list", "--json"])
     assert result.code == 0, result.err
     rows = {row["name"]: row for row in json.loads(result.out)}
-    assert set(rows) == {spec.name for spec in specs.load_all()}
+    assert set(rows) == {spec.name for spec in loading.load_all()}
     for row in rows.values():
         assert row["installed"] == version_of(row["distribution"])
         assert row["status"] in {"active", "not installed", "version not covered: runs unpatched"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dmlpatch.errors import SpecError
-from dmlpatch.patching import specs
+from dmlpatch.specs import loading
 
 GOOD = """
 [package]
@@ -36,7 +36,7 @@ def _write(tmp_path: Path, text: str, name: str = "lib.toml") -> Path:
 
 
 def test_good_spec_loads_every_field(tmp_path: Path) -> None:
-    spec = specs.load_file(_write(tmp_path, GOOD, "facexlib.toml"))
+    spec = loading.load_file(_write(tmp_path, GOOD, "facexlib.toml"))
     assert spec.name == "facexlib"
     assert spec.distribution == "facexlib"
     assert spec.versions.contains("0.3.0") and not spec.versions.contains("0.4.0")
@@ -53,8 +53,8 @@ def test_good_spec_loads_every_field(tmp_path: Path) -> None:
 
 
 def test_fingerprint_changes_with_content(tmp_path: Path) -> None:
-    first = specs.load_file(_write(tmp_path, GOOD, "a.toml")).fingerprint
-    second = specs.load_file(_write(tmp_path, GOOD + "\n# edited\n", "b.toml")).fingerprint
+    first = loading.load_file(_write(tmp_path, GOOD, "a.toml")).fingerprint
+    second = loading.load_file(_write(tmp_path, GOOD + "\n# edited\n", "b.toml")).fingerprint
     assert first != second
 
 
@@ -110,7 +110,7 @@ def test_malformed_spec_names_file_and_field(
 ) -> None:
     path = _write(tmp_path, edit(textwrap.dedent(GOOD)))
     with pytest.raises(SpecError) as caught:
-        specs.load_file(path)
+        loading.load_file(path)
     message = str(caught.value)
     assert message.startswith(f"patch spec {path}: field {field!r}")
     assert problem in message
@@ -120,7 +120,7 @@ def test_malformed_spec_names_file_and_field(
 def test_invalid_toml(tmp_path: Path) -> None:
     path = _write(tmp_path, "[package\nname=")
     with pytest.raises(SpecError, match=r"not valid TOML"):
-        specs.load_file(path)
+        loading.load_file(path)
 
 
 def test_spec_without_entries_is_refused(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_spec_without_entries_is_refused(tmp_path: Path) -> None:
         SpecError,
         match=r"at least one \[\[rewrite\]\], \[\[wrap\]\], \[\[alias\]\] or \[\[leave\]\] entry",
     ):
-        specs.load_file(path)
+        loading.load_file(path)
 
 
 def test_environment_directories_and_disabling(tmp_path: Path, monkeypatch) -> None:
@@ -137,19 +137,19 @@ def test_environment_directories_and_disabling(tmp_path: Path, monkeypatch) -> N
     first.mkdir()
     _write(first, GOOD, "testlib.toml")
     monkeypatch.setenv("DMLPATCH_PATCHES", str(first))
-    names = [spec.name for spec in specs.load_all()]
+    names = [spec.name for spec in loading.load_all()]
     assert "testlib" in names
     monkeypatch.setenv("DMLPATCH_DISABLE_PATCHES", "testlib")
-    assert "testlib" not in [spec.name for spec in specs.load_all()]
+    assert "testlib" not in [spec.name for spec in loading.load_all()]
 
 
 def test_local_directory_overrides_a_builtin_spec(tmp_path: Path, monkeypatch) -> None:
-    builtin = specs.builtin_directory()
+    builtin = loading.builtin_directory()
     assert builtin is not None
-    name = specs.spec_name(specs.specs_in(builtin)[0])
+    name = loading.spec_name(loading.specs_in(builtin)[0])
     _write(tmp_path, GOOD, f"{name}.toml")
     monkeypatch.setenv("DMLPATCH_PATCHES", str(tmp_path))
-    (chosen,) = [spec for spec in specs.load_all() if spec.name == name]
+    (chosen,) = [spec for spec in loading.load_all() if spec.name == name]
     assert chosen.origin == str(tmp_path / f"{name}.toml")
 
 
@@ -164,19 +164,19 @@ def test_duplicate_names_and_missing_directory(tmp_path: Path, monkeypatch) -> N
     _write(third, GOOD, "dup.toml")
     monkeypatch.setenv("DMLPATCH_PATCHES", f"{first}:{second}:{third}")
     with pytest.raises(SpecError, match="two patch specs are named 'dup'"):
-        specs.load_all()
+        loading.load_all()
     monkeypatch.setenv("DMLPATCH_PATCHES", str(tmp_path / "absent"))
     with pytest.raises(SpecError, match="not a directory"):
-        specs.load_all()
+        loading.load_all()
 
 
 def test_builtin_specs_are_valid() -> None:
-    directory = specs.builtin_directory()
+    directory = loading.builtin_directory()
     assert directory is not None
-    paths = specs.specs_in(directory)
-    assert {specs.spec_name(path) for path in paths} >= {"torch", "ultralytics", "gfpgan"}
+    paths = loading.specs_in(directory)
+    assert {loading.spec_name(path) for path in paths} >= {"torch", "ultralytics", "gfpgan"}
     for path in paths:
-        specs.load_file(path)
+        loading.load_file(path)
 
 
 def test_every_fix_the_specs_and_their_readme_name_exists() -> None:
@@ -184,9 +184,9 @@ def test_every_fix_the_specs_and_their_readme_name_exists() -> None:
     import pkgutil
     import re
 
-    directory = specs.builtin_directory()
+    directory = loading.builtin_directory()
     assert directory is not None
-    named = {w.fix for path in specs.specs_in(directory) for w in specs.load_file(path).wraps}
+    named = {w.fix for path in loading.specs_in(directory) for w in loading.load_file(path).wraps}
     readme = (directory / "README.md").read_text(encoding="utf-8")
     documented = set(re.findall(r'^fix = "([^"]+)"', readme, re.M))
     assert documented, "the README shows a [[wrap]] entry"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlpatch.patching import specs, wrapping
+from dmlpatch.specs import loading, wrapping
 
 TARGET = """
 def init_model(name, device="cuda"):
@@ -32,7 +32,7 @@ def to_cpu(wrapped, instance, args, kwargs):
 """
 
 
-def _fixes(spec: specs.PatchSpec) -> list[wrapping.Fix]:
+def _fixes(spec: loading.PatchSpec) -> list[wrapping.Fix]:
     return [wrapping.Fix(spec.name, w.target, w.fix, w.why) for w in spec.wraps]
 
 
@@ -59,7 +59,7 @@ def modules(tmp_path: Path, request):
         )
     )
     sys.path.insert(0, str(tmp_path))
-    yield name, specs.load_file(spec_path)
+    yield name, loading.load_file(spec_path)
     wrapping.unwrap_all()
     sys.path.remove(str(tmp_path))
     for module in (name, f"{name}_fix"):
@@ -109,7 +109,7 @@ def test_missing_target_warns_once_and_leaves_module_usable(
         f'[package]\nname = "{name}"\n[[wrap]]\ntarget = "{name}:gone"\n'
         f'fix = "{name}_fix:to_cpu"\nwhy = "test"\n'
     )
-    spec = specs.load_file(spec_path)
+    spec = loading.load_file(spec_path)
     wrapping.apply(_fixes(spec), gate=lambda: True)
     module = __import__(name)
     assert module.init_model("m") == ("m", "cuda")

@@ -288,10 +288,10 @@ def _status(arguments: list[str]) -> int:
     sys.stdout.write(pinning.summary() + "\n")
     for problem, fix in pinning.problems():
         sys.stdout.write(f"pin: warning: {problem}" + (f" (fix: {fix})" if fix else "") + "\n")
-    from dmlpatch.patching import specs
+    from dmlpatch.specs import loading
 
-    for spec, replacing in specs.local_specs():
-        sys.stdout.write(f"patches: {specs.describe_local(spec, replacing)}\n")
+    for spec, replacing in loading.local_specs():
+        sys.stdout.write(f"patches: {loading.describe_local(spec, replacing)}\n")
     return 0
 
 

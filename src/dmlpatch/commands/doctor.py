@@ -45,17 +45,17 @@ def run_checks(import_targets: bool = True) -> list[Check]:
 def _local_specs() -> list[Check]:
     """The DMLPATCH_PATCHES specs in force (none: no check): their fixes run as dmlpatch's."""
     from dmlpatch.errors import SpecError
-    from dmlpatch.patching import specs
+    from dmlpatch.specs import loading
 
     try:
-        found = specs.local_specs()
+        found = loading.local_specs()
     except SpecError as error:
         return [Check("patches", FAIL, str(error), f"fix the spec, or unset {DMLPATCH_PATCHES}")]
     return [
         Check(
             "patches",
             WARN if replacing else OK,
-            specs.describe_local(spec, replacing),
+            loading.describe_local(spec, replacing),
             f"unset {DMLPATCH_PATCHES} to use dmlpatch's own" if replacing else None,
             details={"spec": spec.name, "origin": spec.origin, "replaces": replacing},
         )
@@ -329,10 +329,10 @@ def _cuda() -> Check:
 
 
 def _targets(import_them: bool) -> list[Check]:
-    from dmlpatch.patching import specs
+    from dmlpatch.specs import loading
 
     try:
-        loaded = specs.load_all()
+        loaded = loading.load_all()
     except Exception as error:  # a malformed spec is itself the finding
         return [Check("specs", FAIL, str(error))]
     installed = [(spec, _metadata.version_of(spec.distribution)) for spec in loaded]
@@ -391,9 +391,7 @@ def _imports(modules: list[str], patched: bool = False) -> list[Optional[str]]:
     env = {k: v for k, v in os.environ.items() if k != DMLPATCH_DEVICE}
     env[DMLPATCH_DISABLE] = "0" if patched else "1"
     prefix = (
-        "import dmlpatch.patching.engine; dmlpatch.patching.engine.install('cpu'); "
-        if patched
-        else ""
+        "import dmlpatch.specs.engine; dmlpatch.specs.engine.install('cpu'); " if patched else ""
     )
     running = [
         subprocess.Popen(

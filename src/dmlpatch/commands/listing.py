@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from dmlpatch._metadata import version_of
-from dmlpatch.patching import specs
+from dmlpatch.specs import loading
 
 
 def catalogue() -> list[dict[str, Any]]:
     rows = []
-    for spec in specs.load_all():
+    for spec in loading.load_all():
         installed = version_of(spec.distribution)
         matches = None if installed is None else spec.versions.contains(installed, prereleases=True)
         entries: list[dict[str, Any]] = []

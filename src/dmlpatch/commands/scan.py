@@ -1,9 +1,10 @@
 """``dmlpatch scan``: find CUDA device sites in a package or source tree, without importing it.
 
-The sites are found by the same code that rewrites them (``dmlpatch.rewriting.sites.find_sites``),
-so what ``scan`` lists is exactly what a ``[[rewrite]]`` entry would change. It also lists CUDA-only
-branches the rewriter leaves alone (``x.device.type == 'cpu'`` tests with a CUDA else), which
-usually need a ``[[wrap]]`` fix instead.
+The sites are found by the same code that rewrites them
+(``dmlpatch.rewriting.transform.find_sites``), so what ``scan`` lists is exactly what a
+``[[rewrite]]`` entry would change. It also lists CUDA-only branches the rewriter leaves alone
+(``x.device.type == 'cpu'`` tests with a CUDA else), which usually need a ``[[wrap]]`` fix
+instead.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from typing import NamedTuple, Optional
 
 from dmlpatch.errors import UsageError
-from dmlpatch.rewriting.sites import find_sites
+from dmlpatch.rewriting.transform import find_sites
 
 
 class Finding(NamedTuple):

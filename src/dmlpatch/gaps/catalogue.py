@@ -76,7 +76,7 @@ FAILURES: tuple[Failure, ...] = (
         "pin F.linear and F.conv2d; a superset, so what runs on the simulator runs on DirectML)",
         "rewrite",
         "torch.inference_mode in the program's targets is torch.no_grad on DirectML "
-        "(dmlpatch.rewriting.inference); ultralytics' smart_inference_mode likewise",
+        "(dmlpatch.runtime.inference); ultralytics' smart_inference_mode likewise",
     ),
     Failure(
         "fused-rnn-cells",
@@ -547,7 +547,7 @@ FAILURES: tuple[Failure, ...] = (
         "module mirrors (autocast never enabled; its operators ignore the autocast key)",
         "rewrite",
         "no AMP on DirectML: autocast and GradScaler in the program's targets are off, said "
-        "once, and the run is float32 (dmlpatch.rewriting.amp); ultralytics' check_amp likewise",
+        "once, and the run is float32 (dmlpatch.runtime.amp); ultralytics' check_amp likewise",
     ),
     Failure(
         "float64",

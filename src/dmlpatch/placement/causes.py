@@ -120,7 +120,7 @@ def _unrewritten_site(cpu_files: list[str], main: Optional[str]) -> Optional[Cau
     """A loaded module with a CUDA device site that was not rewritten, preferring the files
     that ran the compute, then the program's own files (beside the main script)."""
     from dmlpatch import record
-    from dmlpatch.rewriting import sites as rewrite
+    from dmlpatch.rewriting import transform as rewrite
 
     rewritten, skipped = record.module_fates()
     home = os.path.dirname(os.path.abspath(main)) + os.sep if main else None

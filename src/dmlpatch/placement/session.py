@@ -1,9 +1,9 @@
 """Turning compute-placement accounting on for a process, and its warning at exit.
 
 On by default wherever dmlpatch may send a program to an accelerator (runner,
-``dmlpatch.auto``, activation): the patching engine imports this module when the program imports
-torch (start-up does not pay for it) and :func:`start` puts the layer hooks in; they come out if
-the device resolves to the CPU or to a usable CUDA GPU. ``DMLPATCH_ACCOUNTING=0``
+``dmlpatch.auto``, an activated environment): the specs engine imports this module when the
+program imports torch (start-up does not pay for it) and :func:`start` puts the layer hooks in;
+they come out if the device resolves to the CPU or to a usable CUDA GPU. ``DMLPATCH_ACCOUNTING=0``
 turns it off; ``DMLPATCH_QUIET=1`` keeps the exit warning to itself, and a program that never
 asked for CUDA gets none. Where the backend is DirectML's (or simulates it), heavy operators its
 CPU fallback runs are counted by operator (:mod:`.fallbacks`). ``dmlpatch check`` counts

@@ -1,2 +1,3 @@
-"""Where code is rewritten: CUDA device sites found in source and rerouted at import time, the
-import hook that does it, discovery of which modules it covers, and what rewritten code calls."""
+"""The rewriter: CUDA device sites found in source and rerouted at import time (``transform``),
+the import hook that does it (``hook``), which modules it covers (``discovery``, ``scope``) and
+the caches of its work. What rewritten code calls is ``dmlpatch.runtime``."""

@@ -39,7 +39,7 @@ from typing import Optional
 
 from dmlpatch._version import __version__
 from dmlpatch.rewriting.rules import GENERATION
-from dmlpatch.rewriting.sites import Site
+from dmlpatch.rewriting.transform import Site
 
 _FORMAT = b"dml2"
 _HEADER_SIZE = 32

@@ -3,12 +3,12 @@
 Each name is one of:
 
 - *answered*: rewritten code gets dmlpatch's answer for the DirectML adapter
-  (``dmlpatch.rewriting.runtime``, ``dmlpatch.rewriting.cuda_api``), or torch's own, which
+  (``dmlpatch.runtime.sites``, ``dmlpatch.runtime.cuda_api``), or torch's own, which
   holds there too (``runtime.HARMLESS_CUDA_NAMES``: an exception class, ``amp``, whose autocast
   and GradScaler are sites of their own);
 - *error*: a clear error when used on DirectML (``cuda_api.ERRORS``: CUDA graphs);
 - *CUDA's meaning*: not answered; the function that uses it keeps CUDA's meaning, as under
-  plain python (``dmlpatch.rewriting.sites``).
+  plain python (``dmlpatch.rewriting.transform``).
 
 The public names of a torch are its ``torch.cuda.__all__`` and the submodules of ``torch.cuda``
 it imports. ``docs/torch-cuda.md`` is this table for torch 2.4.1 (torch-directml's) and the
@@ -21,8 +21,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from dmlpatch.rewriting.cuda_api import ERRORS, NAMES
-from dmlpatch.rewriting.runtime import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
+from dmlpatch.runtime.cuda_api import ERRORS, NAMES
+from dmlpatch.runtime.sites import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
 ANSWERED = "answered"
 ERROR = "error"

@@ -24,7 +24,7 @@ other shape than the one written is a miss.
 First do no harm, per function. A function whose sites would say "CUDA is available" but which
 also uses a ``torch.cuda`` name the runtime does not answer (``jiterator``, ``nccl``...) would
 fail where plain python ran on the CPU. The rewriter routes that function's sites to
-``dmlpatch.rewriting.runtime_as_written``, which does what the CUDA calls did and, when the
+``dmlpatch.runtime.as_written``, which does what the CUDA calls did and, when the
 function asks whether CUDA is available, says in one line that it stays where plain python puts
 it; the rest of the module is rewritten. The report lists each such function under
 ``kept_as_written``.
@@ -92,7 +92,7 @@ class Leave(NamedTuple):
 
 _UNKNOWN: Any = object()
 
-RUNTIME = "dmlpatch.rewriting.runtime"
+RUNTIME = "dmlpatch.runtime.sites"
 
 
 class Discovery:
@@ -209,7 +209,7 @@ def _examine(source: bytes, origin: str) -> Verdict:
     """The verdict for ``source``, parsed only when it may hold sites."""
     if not may_have_sites(source):
         return Verdict(0, ())
-    from dmlpatch.rewriting.sites import rewrite
+    from dmlpatch.rewriting.transform import rewrite
 
     try:
         result = rewrite(source, origin)

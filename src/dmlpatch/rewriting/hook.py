@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from dmlpatch.rewriting.composition import Composer
     from dmlpatch.rewriting.discovery import Discovery
-    from dmlpatch.rewriting.sites import Site
+    from dmlpatch.rewriting.transform import Site
 else:
     from dmlpatch._tuple import NamedTuple
 
@@ -51,8 +51,8 @@ class ModuleTarget(NamedTuple):
     spec: str  # patch spec name, e.g. "facexlib"
     expect_sites: int  # fewer found => the spec is stale: warn, load the module unrewritten
     fingerprint: str  # hash of the spec's content; part of the bytecode cache tag
-    # What its sites call (see dmlpatch.rewriting.runtime_as_written).
-    runtime: str = "dmlpatch.rewriting.runtime"
+    # What its sites call (see dmlpatch.runtime.as_written).
+    runtime: str = "dmlpatch.runtime.sites"
 
 
 _lock = _thread.allocate_lock()
@@ -159,7 +159,7 @@ def compile_main(source: bytes, filename: str) -> types.CodeType:
     """Rewrite and compile the program's ``__main__`` script (no stale check, no cache)."""
     if not may_have_sites(source):  # the rewriter costs milliseconds to load
         return compile(source, filename, "exec", dont_inherit=True)
-    from dmlpatch.rewriting.sites import rewrite
+    from dmlpatch.rewriting.transform import rewrite
 
     result = rewrite(source, filename)
     if not result.sites:
@@ -340,7 +340,7 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
     def _rewrite_and_compile(
         self, data: Union[bytes, str], path: str
     ) -> tuple[types.CodeType, list[Site]]:
-        from dmlpatch.rewriting.sites import rewrite
+        from dmlpatch.rewriting.transform import rewrite
 
         result = rewrite(data, path, self.target.runtime)
         if self.composer is not None:

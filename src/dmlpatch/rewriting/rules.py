@@ -1,6 +1,6 @@
 """The rewriter's rules as the rest of dmlpatch knows them, without loading the rewriter.
 
-``GENERATION`` names the version of the rules (``dmlpatch.rewriting.sites``): every cache of
+``GENERATION`` names the version of the rules (``dmlpatch.rewriting.transform``): every cache of
 what the rules made carries it (rewritten bytecode, discovery's verdicts), so none outlives the
 rules. :func:`may_have_sites` tells from a source's bytes alone, without parsing it, that it
 has no site at all, which is the answer for most modules: the rewriter costs milliseconds to
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import re
     from typing import Optional
 
-#: The version of the rewriter's rules (``dmlpatch.rewriting.sites``), bumped whenever the same
+#: The version of the rewriter's rules (``dmlpatch.rewriting.transform``), bumped whenever the same
 #: source is rewritten differently. Cached rewrites and discovery's cached verdicts both carry
 #: it, so neither outlives the rules that made it (2: ``torch.inference_mode`` sites; 3: the
 #: CUDA API, legacy types and AMP; 4: what functions named for a device return; 5: only
@@ -23,15 +23,15 @@ if TYPE_CHECKING:
 #: or by its availability, whatever the name, and torch.load without map_location; 7: per
 #: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
 #: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both
-#: sides are numbers).
-GENERATION = 9
+#: sides are numbers; 10: rewritten code imports ``dmlpatch.runtime``, the runtime's package).
+GENERATION = 10
 
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
 SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"accelerator")
 
 
 def may_have_sites(source: bytes) -> bool:
-    """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.sites``), told without
+    """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.transform``), told without
     parsing it: a source that says neither ``cuda`` nor ``inference_mode`` nor ``autocast`` nor
     ``GradScaler`` nor ``accelerator``, nor both ``torch`` and a complex literal, has none."""
     if any(word in source for word in SITE_WORDS):

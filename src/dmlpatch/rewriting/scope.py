@@ -1,7 +1,7 @@
 """The scope setting: which modules discovery rewrites (``--scope`` / ``$DMLPATCH_SCOPE``).
 
 ``all``, ``project`` or ``specs`` (``dmlpatch.rewriting.discovery`` says what each covers). The
-setting is read by the runner's parser, the patching engine, the report and ``dmlpatch check``'s
+setting is read by the runner's parser, the specs engine, the report and ``dmlpatch check``'s
 causes; it lives apart from discovery so that none of them loads discovery to read it.
 """
 

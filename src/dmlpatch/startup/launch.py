@@ -158,7 +158,7 @@ def prepare(options: Options, report: Optional[str] = None) -> bool:
     program first imports torch. ``report``: written at exit. Returns whether patches are
     active."""
     from dmlpatch.devices import announce
-    from dmlpatch.patching import engine
+    from dmlpatch.specs import engine
     from dmlpatch.startup import sequence
 
     if options.verbose:

@@ -15,7 +15,8 @@ import sys
 import types
 
 from dmlpatch.errors import UsageError
-from dmlpatch.rewriting import hook, spawn_main
+from dmlpatch.rewriting import hook
+from dmlpatch.startup import spawn_main
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

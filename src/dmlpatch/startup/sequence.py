@@ -5,7 +5,7 @@ environment's ``.pth`` and the runner's children (``bootstrap``), ``import dmlpa
 ``dmlpatch.patch()``. Whichever it was, the process then has the same things (coverage.py's
 ``process_startup`` is the model):
 
-- the specs' patches and discovery (``patching.engine``): the import hook and the wrappers;
+- the specs' patches and discovery (``specs.engine``): the import hook and the wrappers;
 - the device resolved before the first backward pass (``first_backward``), and the patches taken
   out again where it turns out to be a usable CUDA GPU;
 - multiprocessing spawn children that rewrite the main script as the parent did (``spawn_main``);
@@ -119,7 +119,7 @@ def start(
         return _current
     from dmlpatch.devices import resolution
     from dmlpatch.errors import DmlpatchError
-    from dmlpatch.patching import engine
+    from dmlpatch.specs import engine
 
     if engine.disabled():
         return Startup(False)
@@ -148,7 +148,7 @@ def start(
     _when_imported(handle, "torch", _first_backward)
     if eager:
         _when_imported(handle, "torch", _resolve_at_torch_import)
-    from dmlpatch.rewriting import spawn_main
+    from dmlpatch.startup import spawn_main
 
     spawn_main.install()
     handle.on_undo(spawn_main.uninstall)
@@ -163,7 +163,7 @@ def start(
         atexit.register(writer, report)
         handle.on_undo(lambda: atexit.unregister(writer))
     if main:
-        from dmlpatch.rewriting import main_script
+        from dmlpatch.startup import main_script
 
         handle.on_undo(main_script.arm_for_activation())
     return handle
@@ -186,7 +186,7 @@ def _when_imported(handle: Startup, module: str, callback: Callable[[ModuleType]
 def _patches_not_needed(chosen: Resolution) -> None:
     """A usable CUDA GPU: modules rewritten so far pass each call through to CUDA."""
     if not chosen.patches_needed:
-        from dmlpatch.patching import engine
+        from dmlpatch.specs import engine
 
         engine.uninstall()
 

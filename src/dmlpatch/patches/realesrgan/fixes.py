@@ -9,7 +9,7 @@ import torch
 
 from dmlpatch import log
 from dmlpatch.devices import resolution
-from dmlpatch.rewriting import runtime
+from dmlpatch.runtime import sites as runtime
 
 #: Backends whose float16 kernels are native. The CPU's are missing (older torch) or about
 #: 100x slower than float32 (RRDBNet, torch 2.14), and the simulated DirectML device computes

@@ -26,8 +26,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from dmlpatch.devices import resolution
-from dmlpatch.patching.arguments import bound_arguments
-from dmlpatch.rewriting import cuda_device
+from dmlpatch.runtime import cuda_device
+from dmlpatch.specs.arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from dmlpatch import log
 from dmlpatch.devices import resolution
-from dmlpatch.patching.arguments import bound_arguments
+from dmlpatch.specs.arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"
 _SLOT = "_dmlpatch_comm_hook"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from dmlpatch.devices import resolution
-from dmlpatch.rewriting import runtime
+from dmlpatch.runtime import sites as runtime
 
 Wrapper = Callable[..., Any]
 

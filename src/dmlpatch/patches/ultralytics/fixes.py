@@ -31,8 +31,9 @@ from typing import Any, Callable, Optional
 import torch
 
 from dmlpatch.devices import announce, resolution
-from dmlpatch.patching.arguments import bound_arguments
-from dmlpatch.rewriting import inference, runtime
+from dmlpatch.runtime import inference
+from dmlpatch.runtime import sites as runtime
+from dmlpatch.specs.arguments import bound_arguments
 
 DEVICE_TYPE = "privateuseone"
 
@@ -299,7 +300,7 @@ def autobackend_device(
 
 
 def synchronize() -> None:
-    """Wait for DirectML's queue (torch-directml has no synchronize; see rewriting.runtime)."""
+    """Wait for DirectML's queue (torch-directml has no synchronize; see dmlpatch.runtime.sites)."""
     runtime.synchronize()
 
 
@@ -366,7 +367,7 @@ def inference_mode_decorator(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """``smart_inference_mode``: methods it decorates run under
-    ``dmlpatch.rewriting.inference.inference_mode``, torch's own off DirectML and ``no_grad``
+    ``dmlpatch.runtime.inference.inference_mode``, torch's own off DirectML and ``no_grad``
     on it, decided at each call (the decorators are applied when ultralytics is imported)."""
     decorate = wrapped(*args, **kwargs)
     # 8.1 takes no argument; 8.2+ take mode (False: gradients on, already fine on DirectML).

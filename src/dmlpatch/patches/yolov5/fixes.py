@@ -19,7 +19,7 @@ from dmlpatch.patches.ultralytics.fixes import (
     amp_checks_skipped,
     directml_request,
 )
-from dmlpatch.patching.arguments import bound_arguments
+from dmlpatch.specs.arguments import bound_arguments
 
 Wrapper = Callable[..., Any]
 

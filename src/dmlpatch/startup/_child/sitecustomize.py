@@ -1,4 +1,4 @@
-"""Activates dmlpatch in child processes of ``python -m dmlpatch`` / ``dmlpatch run``.
+"""Starts child processes of ``python -m dmlpatch`` / ``dmlpatch run`` patched.
 
 The runner prepends this directory to ``PYTHONPATH``; subprocesses, multiprocessing spawn
 workers and DDP ranks then start with the same patches and device. Any ``sitecustomize`` that
@@ -25,14 +25,14 @@ def _chain_to_next_sitecustomize() -> None:
             sys.modules["sitecustomize"] = ours
 
 
-def _activate() -> None:
+def _start_patched() -> None:
     try:
         from dmlpatch.startup import bootstrap
     except ImportError as error:
-        sys.stderr.write(f"dmlpatch: warning: not active in this child process ({error})\n")
+        sys.stderr.write(f"dmlpatch: warning: not patching this child process ({error})\n")
         return
     bootstrap.startup()
 
 
-_activate()
+_start_patched()
 _chain_to_next_sitecustomize()

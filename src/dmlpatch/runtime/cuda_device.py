@@ -5,8 +5,8 @@ The functions the rewriter routes ``torch.cuda.is_available()``, ``device_count(
 ``current_device()``, ``set_device()``, ``get_device_name()``, ``synchronize()`` and
 ``empty_cache()`` to, and :func:`device` for CUDA device literals, each answered from the
 process's device resolution (where that is a usable CUDA GPU, each is the CUDA call it
-replaced). Rewritten code reaches them through ``dmlpatch.rewriting.runtime``, which
-re-exports them; ``dmlpatch.rewriting.cuda_api`` and ``dmlpatch.rewriting.accelerator`` build
+replaced). Rewritten code reaches them through ``dmlpatch.runtime.sites``, which
+re-exports them; ``dmlpatch.runtime.cuda_api`` and ``dmlpatch.runtime.accelerator`` build
 on them here, so that the runtime can load those two on demand without their importing it back.
 """
 

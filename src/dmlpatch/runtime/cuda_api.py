@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from dmlpatch import log
 from dmlpatch.devices import resolution as _resolution
-from dmlpatch.rewriting import cuda_device as _cuda_device
+from dmlpatch.runtime import cuda_device as _cuda_device
 
 #: torch.cuda's legacy tensor types and their dtypes.
 _LEGACY_TYPES = {

@@ -77,7 +77,7 @@ def apply(rules: list[Fix], gate: Callable[[], bool]) -> None:
         if not known:
             hook.when_imported(rule.module, _callback(rule))
         elif rule.module in sys.modules:
-            # Re-activation after unwrap_all(): the hook already fired for this module.
+            # Wrapped again after unwrap_all(): the hook already fired for this module.
             _callback(rule)(sys.modules[rule.module])
 
 

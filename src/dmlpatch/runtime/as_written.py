@@ -1,7 +1,7 @@
 """What the functions dmlpatch cannot make consistent call instead of CUDA: CUDA itself, as written.
 
-The rewriter (``dmlpatch.rewriting.sites``) routes the sites of a function here instead of to
-``dmlpatch.rewriting.runtime`` when the function also uses a ``torch.cuda`` name the runtime does
+The rewriter (``dmlpatch.rewriting.transform``) routes the sites of a function here instead of to
+``dmlpatch.runtime.sites`` when the function also uses a ``torch.cuda`` name the runtime does
 not answer (``torch.cuda.jiterator``, ``nccl``, the caching allocator...): told that CUDA is
 available, it would reach that call and fail where plain python ran on the CPU. The rest of its
 module is rewritten as usual. So every function here does exactly what the CUDA call it replaced
@@ -46,8 +46,8 @@ def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def inference_mode(mode: Any = True) -> Any:
-    """``torch.inference_mode`` in a target: see :mod:`dmlpatch.rewriting.inference`."""
-    from dmlpatch.rewriting import inference
+    """``torch.inference_mode`` in a target: see :mod:`dmlpatch.runtime.inference`."""
+    from dmlpatch.runtime import inference
 
     return inference.inference_mode(mode)
 

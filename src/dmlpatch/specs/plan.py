@@ -7,7 +7,7 @@ files and directories it was computed from; a later process re-stats those and r
 Installing or removing a distribution changes its site directory's mtime, which is one of them.
 
 Each entry is stored as the field values of the record type that reads it back
-(:class:`~dmlpatch.rewriting.hook.ModuleTarget`, :class:`~dmlpatch.patching.wrapping.Fix`, ...),
+(:class:`~dmlpatch.rewriting.hook.ModuleTarget`, :class:`~dmlpatch.specs.wrapping.Fix`, ...),
 and the cache is keyed on those types' field names: a field added, removed or reordered makes an
 old cache a miss instead of a misread. A plan names modules to import and functions to wrap, so
 it is read only from a file this user owns (``dmlpatch.trust``), and every entry is checked
@@ -22,10 +22,10 @@ import sys
 
 from dmlpatch._version import __version__
 from dmlpatch.environment_variables import DMLPATCH_DISABLE_PATCHES, DMLPATCH_PATCHES
-from dmlpatch.patching.wrapping import Fix
 from dmlpatch.paths import cache_subdirectory, file_tag
 from dmlpatch.rewriting.discovery import Leave
 from dmlpatch.rewriting.hook import ModuleTarget
+from dmlpatch.specs.wrapping import Fix
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def load() -> dict[str, Any]:
 def build() -> dict[str, Any]:
     """Match every spec against installed versions (raises SpecError for a malformed spec)."""
     from dmlpatch._metadata import version_of
-    from dmlpatch.patching import specs
+    from dmlpatch.specs import loading
 
     targets: list[tuple[Any, ...]] = []
     wraps: list[tuple[Any, ...]] = []
@@ -102,15 +102,15 @@ def build() -> dict[str, Any]:
     leaves: list[tuple[Any, ...]] = []
     warnings: list[tuple[Any, ...]] = []
     inputs: list[str] = [entry or "." for entry in sys.path]
-    loaded = specs.load_all()
-    replaced = specs.replaced()
+    loaded = loading.load_all()
+    replaced = loading.replaced()
     for spec in loaded:
         if spec.name in replaced:
             # A local fix for a stale spec, or anything else: its fixes run as dmlpatch's own.
             warnings.append(
                 SpecWarning(
                     key=f"replaced:{spec.name}",
-                    message=specs.describe_local(spec, replaced[spec.name]),
+                    message=loading.describe_local(spec, replaced[spec.name]),
                     spec=spec.name,
                     reason=f"replaced by {DMLPATCH_PATCHES} ({spec.origin})",
                 )
@@ -165,9 +165,9 @@ def build() -> dict[str, Any]:
                     Leave(prefix=module, spec=spec.name, why=leave.why, quiet=False)
                     for module in leave.modules
                 )
-    for pack, message, reason in specs.skipped_packs():
+    for pack, message, reason in loading.skipped_packs():
         warnings.append(SpecWarning(key=f"pack:{pack}", message=message, spec=pack, reason=reason))
-    for name in specs.unmatched_disabled():
+    for name in loading.unmatched_disabled():
         warnings.append(
             SpecWarning(
                 key=f"disable:{name}",
@@ -177,7 +177,7 @@ def build() -> dict[str, Any]:
                 reason=f"named in {DMLPATCH_DISABLE_PATCHES}, but no such spec or pack",
             )
         )
-    inputs.extend(str(directory) for directory in specs.spec_directories())
+    inputs.extend(str(directory) for directory in loading.spec_directories())
     # Stored as plain tuples: marshal writes no named tuples (and needs no import to read them).
     return {
         "layout": layout(),

@@ -83,7 +83,7 @@ def take_over_from_auto() -> None:
     source = _read(path)
     if source is None or not may_have_sites(source):
         return
-    from dmlpatch.rewriting.sites import rewrite
+    from dmlpatch.rewriting.transform import rewrite
 
     try:
         result = rewrite(source, path)
@@ -105,8 +105,8 @@ def take_over_from_auto() -> None:
 
 def _run_instead(namespace: dict[str, Any], source: bytes, path: str) -> None:
     """Run the rewritten script in ``namespace``, then end the process as python would."""
-    from dmlpatch.rewriting import hook, spawn_main
-    from dmlpatch.startup import runner
+    from dmlpatch.rewriting import hook
+    from dmlpatch.startup import runner, spawn_main
 
     code = hook.compile_main(source, path)
     if "__dmlpatch__" not in code.co_names:

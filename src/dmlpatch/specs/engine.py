@@ -8,17 +8,14 @@ import sys
 from dmlpatch import log, record
 from dmlpatch.devices import resolution
 from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SCOPE
-from dmlpatch.patching import plan, wrapping
 from dmlpatch.rewriting import composition, discovery, hook
 from dmlpatch.rewriting import scope as scopes
+from dmlpatch.specs import plan, wrapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Optional
-
-
-_active = False
 
 
 def disabled() -> bool:
@@ -57,7 +54,6 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     Nothing is imported here but the specs and package metadata: each module is patched when
     it is imported. Raises :class:`~dmlpatch.errors.SpecError` for a malformed spec.
     """
-    global _active
     if disabled():
         log.info(f"{DMLPATCH_DISABLE}=1: patches are off in this process")
         return False
@@ -70,7 +66,7 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     hook.install(map(hook.ModuleTarget._make, chosen["targets"]))
     wrapping.apply(list(map(wrapping.Fix._make, chosen["wraps"])), gate=patches_needed)
     if chosen["aliases"]:  # imported only where a spec has one: most start-ups do not
-        from dmlpatch.patching import aliases
+        from dmlpatch.specs import aliases
 
         for alias in map(plan.Alias._make, chosen["aliases"]):
             aliases.install(alias.module, alias.target, alias.spec)
@@ -82,24 +78,22 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     hook.when_imported("torch", _start_placement)
     composition.watch_installers(hook.when_imported, hook.to_front)
     hook.when_imported("torch", hook.look_for_taken_at_exit)
-    _active = True
     return True
 
 
 def uninstall() -> None:
     """Remove the import hook and restore every wrapped function."""
-    global _active
     hook.discover(None, known_unneeded)
     hook.uninstall()
     wrapping.unwrap_all()
-    aliases = sys.modules.get("dmlpatch.patching.aliases")
+    aliases = sys.modules.get("dmlpatch.specs.aliases")
     if aliases is not None:
         aliases.uninstall()
-    _active = False
 
 
-def is_active() -> bool:
-    return _active
+def is_patched() -> bool:
+    """Whether this process is patched: the import hook is what every patch hangs on."""
+    return hook.is_installed()
 
 
 def _start_placement(torch: ModuleType) -> None:

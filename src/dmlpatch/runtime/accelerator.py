@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dmlpatch.devices import resolution as _resolution
-from dmlpatch.rewriting import cuda_api as _cuda_api
-from dmlpatch.rewriting import cuda_device as _cuda_device
+from dmlpatch.runtime import cuda_api as _cuda_api
+from dmlpatch.runtime import cuda_device as _cuda_device
 
 #: Where the program is redirected to DirectML: the same test as torch.cuda's names.
 _target = _cuda_api._target

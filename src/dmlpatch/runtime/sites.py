@@ -1,14 +1,15 @@
 """What rewritten code calls instead of CUDA.
 
-The rewriter (``dmlpatch.rewriting.sites``) turns CUDA device sites inside target modules into calls
-of the functions below, through one module-level alias, so rewritten code stays readable::
+The rewriter (``dmlpatch.rewriting.transform``) turns CUDA device sites inside target modules
+into calls of the functions below, through one module-level alias, so rewritten code stays
+readable::
 
     torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     # becomes
     torch.device(__dmlpatch__.device('cuda') if __dmlpatch__.is_available() else 'cpu')
 
 The device functions (``is_available``, ``device`` and the rest of ``torch.cuda``'s device API)
-live in ``dmlpatch.rewriting.cuda_device`` and are re-exported here. Every answer comes from the
+live in ``dmlpatch.runtime.cuda_device`` and are re-exported here. Every answer comes from the
 process's device resolution (``dmlpatch.devices.resolution.current``).
 Where that is a usable CUDA GPU, each function is the CUDA call it replaced: modules may be
 rewritten before the device is known (resolving it imports torch), and must then behave as written.
@@ -21,20 +22,20 @@ import sys
 from typing import Any
 
 from dmlpatch.devices import resolution as _resolution
-from dmlpatch.rewriting import cuda_device as _cuda_device
-from dmlpatch.rewriting.cuda_device import current_device as current_device
-from dmlpatch.rewriting.cuda_device import device as device
-from dmlpatch.rewriting.cuda_device import device_count as device_count
-from dmlpatch.rewriting.cuda_device import empty_cache as empty_cache
-from dmlpatch.rewriting.cuda_device import get_device_name as get_device_name
-from dmlpatch.rewriting.cuda_device import is_available as is_available
-from dmlpatch.rewriting.cuda_device import set_device as set_device
-from dmlpatch.rewriting.cuda_device import synchronize as synchronize
+from dmlpatch.runtime import cuda_device as _cuda_device
+from dmlpatch.runtime.cuda_device import current_device as current_device
+from dmlpatch.runtime.cuda_device import device as device
+from dmlpatch.runtime.cuda_device import device_count as device_count
+from dmlpatch.runtime.cuda_device import empty_cache as empty_cache
+from dmlpatch.runtime.cuda_device import get_device_name as get_device_name
+from dmlpatch.runtime.cuda_device import is_available as is_available
+from dmlpatch.runtime.cuda_device import set_device as set_device
+from dmlpatch.runtime.cuda_device import synchronize as synchronize
 
 #: The name under which rewritten modules see this module.
 ALIAS = "__dmlpatch__"
-#: The name under which they see ``dmlpatch.rewriting.runtime_as_written``, for the functions
-#: that keep CUDA's meaning (see ``dmlpatch.rewriting.sites``).
+#: The name under which they see ``dmlpatch.runtime.as_written``, for the functions
+#: that keep CUDA's meaning (see ``dmlpatch.rewriting.transform``).
 KEPT_ALIAS = "__dmlpatch_kept__"
 
 #: ``torch.cuda.<name>(...)`` calls the rewriter routes here; anything else is left alone.
@@ -55,7 +56,7 @@ CUDA_FUNCTIONS = frozenset(
 #: torch 2.4.1 and 2.14.1). ``amp`` is one: its autocast and GradScaler calls are sites of their
 #: own. Names in ``cuda_api.NAMES`` are answered there. Any other ``torch.cuda`` name in a
 #: function with device sites would fail once its sites say "CUDA is available" (``Found no
-#: NVIDIA driver``), so such a function keeps CUDA's meaning (see ``dmlpatch.rewriting.sites``).
+#: NVIDIA driver``), so such a function keeps CUDA's meaning (see ``dmlpatch.rewriting.transform``).
 HARMLESS_CUDA_NAMES = frozenset(
     {
         "amp",
@@ -113,22 +114,22 @@ def _accepted(function: Any, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def inference_mode(mode: Any = True) -> Any:
-    """``torch.inference_mode`` in a target: see :mod:`dmlpatch.rewriting.inference`."""
-    from dmlpatch.rewriting import inference
+    """``torch.inference_mode`` in a target: see :mod:`dmlpatch.runtime.inference`."""
+    from dmlpatch.runtime import inference
 
     return inference.inference_mode(mode)
 
 
 def autocast(original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``torch.autocast(...)`` and its aliases in a target: see :mod:`dmlpatch.rewriting.amp`."""
-    from dmlpatch.rewriting import amp
+    """``torch.autocast(...)`` and its aliases in a target: see :mod:`dmlpatch.runtime.amp`."""
+    from dmlpatch.runtime import amp
 
     return amp.autocast(original, *args, **kwargs)
 
 
 def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``GradScaler(...)`` in a target: see :mod:`dmlpatch.rewriting.amp`."""
-    from dmlpatch.rewriting import amp
+    """``GradScaler(...)`` in a target: see :mod:`dmlpatch.runtime.amp`."""
+    from dmlpatch.runtime import amp
 
     return amp.grad_scaler(original, *args, **kwargs)
 
@@ -189,14 +190,14 @@ def _complex_on_device(torch: Any, value: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    """``__dmlpatch__.torch_cuda`` (:mod:`dmlpatch.rewriting.cuda_api`) and
-    ``__dmlpatch__.accelerator`` (:mod:`dmlpatch.rewriting.accelerator`), loaded when used."""
+    """``__dmlpatch__.torch_cuda`` (:mod:`dmlpatch.runtime.cuda_api`) and
+    ``__dmlpatch__.accelerator`` (:mod:`dmlpatch.runtime.accelerator`), loaded when used."""
     if name == "torch_cuda":
-        from dmlpatch.rewriting import cuda_api
+        from dmlpatch.runtime import cuda_api
 
         return cuda_api
     if name == "accelerator":
-        from dmlpatch.rewriting import accelerator
+        from dmlpatch.runtime import accelerator
 
         return accelerator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,115 @@
+"""What a module's imports bind: ``torch``, ``torch.cuda``, its functions, ``torch.device``."""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from collections.abc import Iterator
+
+from dmlpatch.runtime.cuda_api import NAMES
+from dmlpatch.runtime.sites import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
+
+#: Functions of ``torch`` whose first argument (or ``type=``) is a device.
+TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
+#: Callees of the ``amp`` sites, by the runtime function that takes them.
+AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
+#: Modules whose autocast / GradScaler the ``amp`` sites take.
+AMP_MODULES = frozenset({"torch", "torch.amp", "torch.cuda.amp"})
+#: ``from torch.cuda.random import get_rng_state``: imported from ``cuda_api`` instead.
+ANSWERED_SUBMODULE = "torch.cuda.random"
+
+
+def unanswered(name: str) -> bool:
+    """A ``torch.cuda`` name that fails without a CUDA GPU and that the runtime does not route."""
+    return (
+        name not in CUDA_FUNCTIONS
+        and name not in NAMES
+        and name not in HARMLESS_CUDA_NAMES
+        and name != "*"
+    )
+
+
+class ImportedNames:
+    """The names a module's imports bind to torch and its CUDA API.
+
+    Scopes are not tracked: a module that rebinds ``torch`` to something else is not worth the
+    complexity, and the runtime returns non-CUDA values unchanged anyway. (A plain class: the
+    runner rewrites every main script, and dataclasses costs ~6 ms to import.)
+    """
+
+    def __init__(self) -> None:
+        self.torch: set[str] = {"torch"}
+        self.cuda: set[str] = set()
+        self.cuda_functions: dict[str, str] = {}
+        self.torch_functions: dict[str, str] = {}
+        self.inference_mode: set[str] = set()
+        #: Bound names of ``torch.amp`` / ``torch.cuda.amp`` and of their autocast/GradScaler.
+        self.amp_modules: set[str] = set()
+        self.amp_callees: dict[str, str] = {}
+        #: Names bound by ``from torch.cuda import X`` (or ``from torch.cuda.X import ...``)
+        #: for an unanswered X, and that X: where they are used, CUDA's meaning is kept.
+        self.unanswered: dict[str, str] = {}
+        #: Whether the module imports torch (or a submodule): complex literals are sites then.
+        self.imports_torch = False
+
+    @classmethod
+    def of(cls, tree: ast.Module) -> ImportedNames:
+        names = cls()
+        for node in statements(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    names.imports_torch |= alias.name.split(".")[0] == "torch"
+                    if alias.name == "torch" or (
+                        alias.name.startswith("torch.") and alias.asname is None
+                    ):
+                        names.torch.add(alias.asname or "torch")
+                    elif alias.name == "torch.cuda":
+                        names.cuda.add(alias.asname or "cuda")
+                    if alias.name in ("torch.amp", "torch.cuda.amp") and alias.asname:
+                        names.amp_modules.add(alias.asname)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.imports_torch |= (node.module or "").split(".")[0] == "torch"
+                for alias in node.names:
+                    bound = alias.asname or alias.name
+                    if node.module == "torch" and alias.name == "cuda":
+                        names.cuda.add(bound)
+                    elif node.module == "torch" and alias.name in TORCH_DEVICE_FUNCTIONS:
+                        names.torch_functions[bound] = alias.name
+                    elif node.module == "torch" and alias.name == "inference_mode":
+                        names.inference_mode.add(bound)
+                    elif node.module in ("torch", "torch.cuda") and alias.name == "amp":
+                        names.amp_modules.add(bound)
+                    elif node.module in AMP_MODULES and alias.name in AMP:
+                        names.amp_callees[bound] = AMP[alias.name]
+                    elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:
+                        names.cuda_functions[bound] = alias.name
+                    elif node.module == "torch.cuda" and unanswered(alias.name):
+                        names.unanswered[bound] = alias.name
+                if node.module and node.module.startswith("torch.cuda."):
+                    # torch.cuda.random's names are answered under their submodule's
+                    # (cuda_api holds them all); nvtx's are answered only as torch.cuda.nvtx.
+                    submodule = node.module.split(".")[2]
+                    if node.module != ANSWERED_SUBMODULE and (
+                        unanswered(submodule) or submodule in NAMES
+                    ):
+                        for alias in node.names:
+                            names.unanswered[alias.asname or alias.name] = submodule
+        return names
+
+
+#: What holds statements; expressions hold none, so imports are found without walking them.
+BLOCKS = tuple(
+    getattr(ast, name) for name in ("stmt", "excepthandler", "match_case") if hasattr(ast, name)
+)
+
+
+def statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """The statements of ``tree`` (and what holds them) in ``ast.walk``'s order."""
+    queue: deque[ast.AST] = deque([tree])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                queue.extend(item for item in value if isinstance(item, BLOCKS))

@@ -1,0 +1,49 @@
+"""The rewriter: every site kind on one walk, in the order a call is tried against them."""
+
+from __future__ import annotations
+
+import ast
+
+from dmlpatch.rewriting.transform.as_written import KeptAsWritten
+from dmlpatch.rewriting.transform.complex_sites import ComplexSites
+from dmlpatch.rewriting.transform.cuda_api_sites import CudaApiSites
+from dmlpatch.rewriting.transform.device_sites import DeviceSites
+from dmlpatch.rewriting.transform.training_sites import TrainingSites
+
+
+class Transformer(DeviceSites, CudaApiSites, TrainingSites, ComplexSites, KeptAsWritten):
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        if self.inference_mode_name(node.func):
+            node.func = self.inference_mode(node.func)
+            return node
+        if self.amp_call(node):
+            return node
+        self.note_type_call(node)
+        if self.load_call(node) or self.cuda_function_call(node):
+            return node
+        call = self.cuda_method_call(node)
+        if call is not None:
+            return call
+        self.device_arguments(node)
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+        if self.is_torch_inference_mode(node):
+            return self.inference_mode(node)
+        return self.cuda_attribute(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self.defaults(node.args)
+        self.decorators(node.decorator_list)
+        self.returns(node)
+        return node
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
+        self.defaults(node.args)
+        self.decorators(node.decorator_list)
+        self.returns(node)
+        return node
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        self.defaults(node.args)
+        return node
