@@ -149,3 +149,18 @@ def test_a_lazy_cycle_through_a_package_is_found(tmp_path: Path) -> None:
     (package / "e.py").write_text("from dmlpatch import d\n")
     graph = import_graph(package)
     assert cycles(graph) == [["dmlpatch.a", "dmlpatch.c", "dmlpatch.inner.b"]]
+
+
+def test_the_runtime_never_imports_the_rewriter() -> None:
+    """Rewritten code runs ``dmlpatch.runtime``; the rewriter only reads its name lists. A
+    runtime module importing the rewriter would load the parser into every rewritten call."""
+    graph = import_graph(SOURCE)
+    runtime = {
+        name: imports for name, imports in graph.items() if name.startswith("dmlpatch.runtime")
+    }
+    assert len(runtime) >= 8
+    reaching = {
+        name: sorted(i for i in imports if i.startswith("dmlpatch.rewriting"))
+        for name, imports in runtime.items()
+    }
+    assert not any(reaching.values()), reaching
