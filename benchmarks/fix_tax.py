@@ -1,6 +1,6 @@
 """What dmlpatch's operator fixes cost, per training step, measured side by side in one run.
 
-    python benchmarks/fix_tax.py [--rounds N]
+    python benchmarks/fix_tax.py [--rounds N] [--breakdown]
 
 Each workload runs in a process of its own on the simulated device, in each configuration,
 the configurations interleaved round by round so that all see the same machine; each process
@@ -17,6 +17,12 @@ dmlpatch's fixes against the permissive profile (no gaps, no fixes). Targets: wi
   bfloat16, complex and float64 off DirectML;
 - ``transformer``: a small transformer encoder's training step with a padding mask (a bool
   tensor: the product fix is installed), SGD without foreach.
+
+**Where the transformer step's tax goes** (``--breakdown``): in one process, the step with
+every fix, without one fix at a time and with none, the configurations installed and removed in
+a shuffled order each round; with each fix's calls per step (counted in a separate pass). A
+Python kernel costs far more per call inside a real step than in ``ops.py``'s loop of one call
+(cold caches, the autograd thread), which is why this is measured on the step.
 
 **The fixes of DirectML's gaps**, per training step of a model that needs them: dmlpatch's
 on-device kernels ("fixed") against DirectML's CPU fallback (the same operators forced to the
@@ -145,6 +151,81 @@ print(json.dumps(best * 1e6))
 
 DEFAULT, PERMISSIVE = "torch-directml-0.2.5", "permissive"
 
+BREAKDOWN = r"""
+import collections, json, random, statistics, sys, time, warnings
+import torch
+import dmlpatch.sim as sim
+from dmlpatch import opfix
+
+warnings.filterwarnings("ignore")  # without fixes, isneginf falls back with a warning
+rounds = int(sys.argv[1])
+torch.set_num_threads(1)
+sim.load("torch-directml-0.2.5")
+dev = sim.device(0)
+torch.manual_seed(0)
+layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(dev)
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
+x = torch.randn(8, 32, 64).to(dev)
+lengths = torch.tensor([32, 30, 28, 25, 32, 20, 31, 16])
+padding = (torch.arange(32)[None, :] >= lengths[:, None]).to(dev)
+
+def step():
+    loss = model(x, src_key_padding_mask=padding).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+every = opfix.kernels
+counts = collections.Counter()
+
+def counted(kernel):
+    def call(*args, **kwargs):
+        counts[kernel.name] += 1
+        return kernel.function(*args, **kwargs)
+    return kernel._replace(function=call)
+
+def install(drop=frozenset(), count=False):
+    opfix.kernels = lambda: [counted(k) if count else k for k in every() if k.name not in drop]
+    opfix.install("sim", "torch-directml-0.2.5")
+    padding.to(dev)  # the mask's copy: the bool trigger, as in the benchmark's own step
+
+def measure():
+    for _ in range(2):
+        step()
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(5):
+            step()
+        best = min(best, (time.process_time() - start) / 5)
+    return best * 1e6
+
+install(count=True)
+step()
+counts.clear()
+step()
+per_step = dict(counts)
+opfix.uninstall()
+families = {}
+for name in per_step:
+    families.setdefault(name.split(".")[0].rstrip("_"), set()).add(name)
+configurations = {"every fix": frozenset()}
+configurations.update({f"without {f}": frozenset(n) for f, n in families.items()})
+times = {name: [] for name in [*configurations, "no fixes"]}
+random.seed(0)
+for _ in range(rounds):
+    order = [*configurations.items(), ("no fixes", None)]
+    random.shuffle(order)
+    for name, drop in order:
+        if drop is not None:
+            install(drop)
+        times[name].append(measure())
+        opfix.uninstall()
+print(json.dumps({"per_step": per_step, "families": {f: sorted(n) for f, n in families.items()},
+                  "times": {k: statistics.median(v) for k, v in times.items()}}))
+"""
+
 #: Workloads of the gaps' fixes, with the operators their fallback path forces to the CPU
 #: (empty: there is no fallback path, DirectML fails).
 GAP_WORKLOADS = {
@@ -179,10 +260,33 @@ def _median_of(rounds: int, configurations: dict[str, tuple[str, str, str]]) -> 
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def breakdown(rounds: int) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BREAKDOWN, str(rounds)], capture_output=True, text=True, check=True
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    times, per_step = found["times"], found["per_step"]
+    every, none = times["every fix"], times["no fixes"]
+    print("the transformer step's tax, fix by fix (us per step, CPU time, one process)")
+    print(f"every fix {every:.0f}, no fixes {none:.0f}: {every / none:.2f}x")
+    print(f"{'fix':24} {'calls/step':>10} {'saved':>8} {'us/call':>8}")
+    for family, names in found["families"].items():
+        calls = sum(per_step[name] for name in names)
+        saved = every - times[f"without {family}"]
+        print(f"{family:24} {calls:10d} {saved:8.0f} {saved / calls:8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    rounds = parser.parse_args().rounds
+    parser.add_argument(
+        "--breakdown", action="store_true", help="only the transformer step's tax, fix by fix"
+    )
+    options = parser.parse_args()
+    rounds = options.rounds
+    if options.breakdown:
+        breakdown(max(rounds, 15))
+        return
     print("wrong answers' fixes, on the calls DirectML gets right (us per step, CPU time)")
     print(f"{'workload':24} {'fixed':>10} {'native':>10} {'ratio':>7}")
     for workload in ("loop", "loop + to(float16)", "transformer"):

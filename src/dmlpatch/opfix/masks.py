@@ -10,38 +10,47 @@ from __future__ import annotations
 
 import torch
 
+from dmlpatch.opfix import sentinels
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, into
 
 
-def _equal_to(self: torch.Tensor, value: float, out: torch.Tensor) -> torch.Tensor:
+def _compared(self: torch.Tensor, value: float) -> torch.Tensor:
     if self.is_floating_point():
-        return into(out, torch.eq(self, value))
+        return torch.eq(self, value)
     if self.is_complex():
         raise RuntimeError(
             "isposinf does not support complex inputs."
             if value > 0
             else "isneginf does not support complex inputs."
         )
-    return into(out, torch.zeros(self.shape, dtype=torch.bool, device=self.device))
+    return torch.zeros(self.shape, dtype=torch.bool, device=self.device)
 
 
 def _isneginf_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     record("fixed", "aten::isneginf.out")
-    return _equal_to(self, float("-inf"), out)
+    return into(out, _compared(self, float("-inf")))
 
 
 def _isposinf_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     record("fixed", "aten::isposinf.out")
-    return _equal_to(self, float("inf"), out)
+    return into(out, _compared(self, float("inf")))
 
 
+# The functional forms return the comparison itself: no output tensor to allocate, resize and
+# copy into (each a call through the dispatcher, and the allocation one through dmlpatch's).
+# They run in Python anyway, so the comparison watchers retire here once a bool tensor exists
+# (transformers' masks: the first bool tensor is often this very comparison's).
 def _isneginf(self: torch.Tensor) -> torch.Tensor:
-    return _isneginf_out(self, out=self.new_empty(0, dtype=torch.bool))
+    sentinels.stand_aside()
+    record("fixed", "aten::isneginf.out")
+    return _compared(self, float("-inf"))
 
 
 def _isposinf(self: torch.Tensor) -> torch.Tensor:
-    return _isposinf_out(self, out=self.new_empty(0, dtype=torch.bool))
+    sentinels.stand_aside()
+    record("fixed", "aten::isposinf.out")
+    return _compared(self, float("inf"))
 
 
 KERNELS = (
