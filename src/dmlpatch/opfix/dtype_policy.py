@@ -33,13 +33,10 @@ from typing import TYPE_CHECKING, Optional
 
 from dmlpatch import log
 from dmlpatch.environment_variables import DMLPATCH_BF16
-from dmlpatch.errors import UsageError
+from dmlpatch.gaps.bf16_setting import parse_bf16
 
 if TYPE_CHECKING:
     import torch
-
-#: What bfloat16 can run as (``DMLPATCH_BF16`` / ``--bf16``), the default first.
-BF16_CHOICES = ("float32", "float16")
 
 #: c10's names of the dtypes (as profiles list them) and torch's.
 C10_NAMES = {
@@ -49,19 +46,6 @@ C10_NAMES = {
     "ComplexDouble": "complex128",
     "Double": "float64",
 }
-
-
-def parse_bf16(text: Optional[str], given_as: str = DMLPATCH_BF16 + "=") -> str:
-    """``DMLPATCH_BF16``'s (or ``--bf16``'s) value, float32 when unset; a one-line error
-    otherwise. Needs no torch: the runner checks ``--bf16`` before the program starts."""
-    if not text:
-        return BF16_CHOICES[0]
-    if text not in BF16_CHOICES:
-        raise UsageError(
-            f"{given_as}{text!r}: bfloat16 runs on DirectML as float32 or float16; "
-            f"choose one of {', '.join(BF16_CHOICES)}"
-        )
-    return text
 
 
 class Policy:

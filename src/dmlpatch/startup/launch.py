@@ -147,9 +147,9 @@ def parse_scope(text: str) -> str:
 
 
 def parse_bf16(text: str) -> str:
-    from dmlpatch.opfix import dtype_policy
+    from dmlpatch.gaps import bf16_setting
 
-    return dtype_policy.parse_bf16(text, "--bf16 ")
+    return bf16_setting.parse_bf16(text, "--bf16 ")
 
 
 def prepare(options: Options, report: Optional[str] = None) -> bool:
@@ -163,11 +163,11 @@ def prepare(options: Options, report: Optional[str] = None) -> bool:
 
     if options.verbose:
         os.environ[DMLPATCH_VERBOSE] = "1"
-    from dmlpatch.opfix import dtype_policy
+    from dmlpatch.gaps import bf16_setting
 
     if options.bf16:
         os.environ[DMLPATCH_BF16] = options.bf16  # children too
-    dtype_policy.parse_bf16(os.environ.get(DMLPATCH_BF16))  # a bad one is exit 2
+    bf16_setting.parse_bf16(os.environ.get(DMLPATCH_BF16))  # a bad one is exit 2
     if engine.disabled():
         log.say(f"{DMLPATCH_DISABLE}=1: running the program without patches")
         if report:

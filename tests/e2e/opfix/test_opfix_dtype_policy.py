@@ -17,6 +17,7 @@ from tests.e2e.opfix.helpers import without_fixes
 import dmlpatch.sim as sim
 from dmlpatch import environment_variables
 from dmlpatch.errors import UsageError
+from dmlpatch.gaps import bf16_setting
 from dmlpatch.opfix import dtype_policy
 
 
@@ -174,7 +175,7 @@ def test_the_policy_is_said_once(dev: torch.device, capfd: pytest.CaptureFixture
 
 def test_a_bad_bf16_setting_is_one_line() -> None:
     with pytest.raises(UsageError) as raised:
-        dtype_policy.parse_bf16("half")
+        bf16_setting.parse_bf16("half")
     assert str(raised.value) == (
         "DMLPATCH_BF16='half': bfloat16 runs on DirectML as float32 or float16; choose one of "
         "float32, float16"
