@@ -117,6 +117,8 @@ def test_a_program_without_torch_runs_without_torch(tmp_path: Path, device: str)
     imported = [line.rpartition("|")[2].strip() for line in result.err.splitlines()]
     assert "dmlpatch.specs.engine" in imported  # patches were installed
     assert not [name for name in imported if name == "torch" or name.startswith("torch.")]
+    # Nor the op fixes (they come with torch): checking --bf16 must not load them.
+    assert not [name for name in imported if name.startswith("dmlpatch.opfix")]
 
 
 def test_auto_without_torch_never_imports_it(tmp_path: Path) -> None:
