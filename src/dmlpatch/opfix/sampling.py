@@ -39,17 +39,30 @@ def _source_index(
 
 
 def _gather(
-    flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, width: int, height: int
+    flat: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weights: torch.Tensor,
+    width: int,
+    height: int,
 ) -> torch.Tensor:
-    """``input[n, :, y, x]`` for integer-valued coordinates ``(N, P)``, 0 outside the image."""
+    """``sum_k weights[k] * input[n, :, y[k], x[k]]`` over the ``K`` corners of each point:
+    ``x``, ``y`` and ``weights`` are ``(N, K, P)`` (integer-valued coordinates), a corner
+    outside the image reads 0. One gather for all corners (each corner's points contiguous),
+    the weights multiplied in before they meet the channels, the corners added in the CPU
+    kernel's order; ``unbind`` keeps the backward to one gradient buffer, not one per corner."""
     inside = (x >= 0) & (x <= width - 1) & (y >= 0) & (y <= height - 1)
     # NaN and infinite coordinates are outside (every comparison with NaN is False); they are
     # read at 0 and masked, as the CPU kernel masks them.
     x, y = torch.where(inside, x, 0), torch.where(inside, y, 0)
-    index = (y * width + x).long()
+    n, corners, points = x.shape
+    index = (y * width + x).long().reshape(n, 1, corners * points)
     channels = flat.shape[1]
-    values = flat.gather(2, index.unsqueeze(1).expand(-1, channels, -1))
-    return values * inside.unsqueeze(1).to(flat.dtype)
+    values = flat.gather(2, index.expand(-1, channels, -1)).reshape(n, channels, corners, points)
+    first, *others = (values * (weights * inside.to(weights.dtype)).unsqueeze(1)).unbind(2)
+    for corner in others:
+        first = first + corner
+    return first
 
 
 def _on_device(
@@ -65,21 +78,24 @@ def _on_device(
     iy = _source_index(grid[..., 1].reshape(n, -1), height, padding_mode, align_corners)
     flat = input.reshape(n, c, height * width)
     if interpolation_mode == _NEAREST:
-        out = _gather(flat, torch.round(ix), torch.round(iy), width, height)
+        x, y = torch.round(ix).unsqueeze(1), torch.round(iy).unsqueeze(1)
+        out = _gather(flat, x, y, torch.ones_like(x), width, height)
         return out.reshape(n, c, out_h, out_w)
     ix_nw, iy_nw = torch.floor(ix), torch.floor(iy)
-    ix_ne, iy_ne = ix_nw + 1, iy_nw
-    ix_sw, iy_sw = ix_nw, iy_nw + 1
     ix_se, iy_se = ix_nw + 1, iy_nw + 1
-    nw = ((ix_se - ix) * (iy_se - iy)).unsqueeze(1)
-    ne = ((ix - ix_sw) * (iy_sw - iy)).unsqueeze(1)
-    sw = ((ix_ne - ix) * (iy - iy_ne)).unsqueeze(1)
-    se = ((ix - ix_nw) * (iy - iy_nw)).unsqueeze(1)
-    out = _gather(flat, ix_nw.detach(), iy_nw.detach(), width, height) * nw
-    out = out + _gather(flat, ix_ne.detach(), iy_ne.detach(), width, height) * ne
-    out = out + _gather(flat, ix_sw.detach(), iy_sw.detach(), width, height) * sw
-    out = out + _gather(flat, ix_se.detach(), iy_se.detach(), width, height) * se
-    return out.reshape(n, c, out_h, out_w)
+    # The corners nw, ne, sw, se, and their weights as GridSampler.h computes them.
+    x = torch.stack((ix_nw, ix_se, ix_nw, ix_se), 1).detach()
+    y = torch.stack((iy_nw, iy_nw, iy_se, iy_se), 1).detach()
+    weights = torch.stack(
+        (
+            (ix_se - ix) * (iy_se - iy),
+            (ix - ix_nw) * (iy_se - iy),
+            (ix_se - ix) * (iy - iy_nw),
+            (ix - ix_nw) * (iy - iy_nw),
+        ),
+        1,
+    )
+    return _gather(flat, x, y, weights, width, height).reshape(n, c, out_h, out_w)
 
 
 def _grid_sampler_2d(
