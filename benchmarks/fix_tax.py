@@ -39,6 +39,25 @@ import statistics
 import subprocess
 import sys
 
+#: The transformer step of both programs: a padding mask (a bool tensor: the product fix is
+#: installed), SGD without foreach.
+TRANSFORMER = r"""
+def transformer():
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(dev)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
+    x = torch.randn(8, 32, 64).to(dev)
+    lengths = torch.tensor([32, 30, 28, 25, 32, 20, 31, 16])
+    padding = (torch.arange(32)[None, :] >= lengths[:, None]).to(dev)
+    def step():
+        loss = model(x, src_key_padding_mask=padding).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return step, 5
+
+"""
+
 PROGRAM = r"""
 import json, sys, time, torch
 import torch.nn.functional as F
@@ -63,21 +82,6 @@ def loop(convert=False):
         m = z.mean()
         return (s, m, z.to(torch.float16)) if convert else (s, m)
     return step, 200
-
-
-def transformer():
-    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(dev)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
-    x = torch.randn(8, 32, 64).to(dev)
-    lengths = torch.tensor([32, 30, 28, 25, 32, 20, 31, 16])
-    padding = (torch.arange(32)[None, :] >= lengths[:, None]).to(dev)
-    def step():
-        loss = model(x, src_key_padding_mask=padding).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return step, 5
 
 
 def trainer(model, make_input, optimizer=None):
@@ -134,6 +138,9 @@ def linalg():
     return trainer(Solve().to(dev), lambda: torch.randn(64, 4, 1).to(dev))
 
 
+"""
+PROGRAM += TRANSFORMER
+PROGRAM += r"""
 workloads = {"loop": loop, "loop + to(float16)": lambda: loop(True), "transformer": transformer,
              "adamw": adamw, "lstm": lstm, "group_norm": group_norm,
              "grid_sample": grid_sample, "linalg": linalg}
@@ -163,18 +170,10 @@ torch.set_num_threads(1)
 sim.load("torch-directml-0.2.5")
 dev = sim.device(0)
 torch.manual_seed(0)
-layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(dev)
-optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=False)
-x = torch.randn(8, 32, 64).to(dev)
-lengths = torch.tensor([32, 30, 28, 25, 32, 20, 31, 16])
-padding = (torch.arange(32)[None, :] >= lengths[:, None]).to(dev)
-
-def step():
-    loss = model(x, src_key_padding_mask=padding).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+"""
+BREAKDOWN += TRANSFORMER
+BREAKDOWN += r"""
+step, _ = transformer()
 
 every = opfix.kernels
 counts = collections.Counter()
@@ -188,7 +187,7 @@ def counted(kernel):
 def install(drop=frozenset(), count=False):
     opfix.kernels = lambda: [counted(k) if count else k for k in every() if k.name not in drop]
     opfix.install("sim", "torch-directml-0.2.5")
-    padding.to(dev)  # the mask's copy: the bool trigger, as in the benchmark's own step
+    torch.zeros(1, dtype=torch.bool).to(dev)  # a bool copy, as the step's mask: the trigger
 
 def measure():
     for _ in range(2):
