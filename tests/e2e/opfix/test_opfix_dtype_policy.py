@@ -110,6 +110,23 @@ def test_bfloat16_factories_on_the_device(dev: torch.device, name: str) -> None:
     assert got.dtype == torch.float32 and torch.equal(got.cpu(), expected.float())
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 4), (5, 0, 3), (1, 1, 1, 7), (2, 3, 0, 4, 5)])
+def test_allocations_of_plain_dtypes_are_contiguous_like_the_cpu_s(
+    dev: torch.device, shape: tuple[int, ...]
+) -> None:
+    """Their strides are remembered by shape after the first: the second allocation of each
+    shape takes that path."""
+    for _ in range(2):
+        for dtype in (torch.float32, torch.int64):
+            got = torch.empty(shape, dtype=dtype, device=dev)
+            assert (got.shape, got.stride(), got.dtype) == (
+                shape,
+                torch.empty(shape).stride(),
+                dtype,
+            )
+            assert got.is_contiguous()
+
+
 def test_code_branching_on_the_dtype_takes_the_float32_branch(dev: torch.device) -> None:
     """What bfloat16-aware code reads: the dtype that is there."""
     layer = _linear(_weights()).to(dev)
