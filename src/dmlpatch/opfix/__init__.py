@@ -202,7 +202,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
             float64 = _float64_everywhere(backend)
             if float64 is False:
                 missing = missing._replace(dtypes=missing.dtypes | {"Double"})
-            _configure_dtypes(missing, float64)
+            _configure_dtypes(missing, float64, _adapter_count(backend))
             waiting: dict[str, list[Kernel]] = {}
             for kernel in kernels():
                 # A user's DMLPATCH_CPU_OPS entry wins over our fix; of two fixes for one
@@ -306,10 +306,21 @@ def _float64_everywhere(backend: str) -> Optional[bool]:
     return sim.has_float64()
 
 
-def _configure_dtypes(missing: Gaps, float64: Optional[bool]) -> None:
+def _adapter_count(backend: str) -> int:
+    if backend == "sim":
+        from dmlpatch import sim
+
+        return sim.device_count()
+    import torch_directml  # loaded already: the fixes are installed for it
+
+    count: int = torch_directml.device_count()
+    return count
+
+
+def _configure_dtypes(missing: Gaps, float64: Optional[bool], adapters: int) -> None:
     from dmlpatch.opfix import allocation, dtype_policy, transfers
 
-    transfers.through_host_between_adapters = "device-to-device" in missing.quirks
+    transfers.between_adapters("device-to-device" in missing.quirks, adapters)
     if missing.dtypes or float64 is None:
         import torch
 

@@ -10,9 +10,9 @@ over uint8.
   the program sees ``UnicodeDecodeError``. The fix sums in int64 and casts to the dtype asked
   for (the CPU's answer: uint8 results wrap the same way).
 
-Every other call goes to DirectML's own kernel, through PyTorch's structured composite (its
-meta function sizes and types the output, then DirectML's ``mul.out``/``sum.IntList_out``
-runs), so only the calls DirectML gets wrong change path. Each fix waits until a tensor of its
+Every other call goes to DirectML's own ``mul.out``/``sum.IntList_out``, into an empty output
+that the structured kernel sizes and strides as the functional form would, so only the calls
+DirectML gets wrong change path. Each fix waits until a tensor of its
 dtype first exists on the device (:mod:`dmlpatch.opfix.triggers`): a program that never puts a
 bool (uint8) tensor there never pays a Python call on its products (sums); after that, each
 costs one (``benchmarks/ops.py``).
@@ -24,18 +24,35 @@ from typing import Optional, Union
 
 import torch
 
-from dmlpatch.opfix import sentinels
+from dmlpatch.opfix import sentinels, transfers
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 
 _BOOL = torch.bool
 _UINT8 = torch.uint8
 _TENSOR = torch.Tensor
+_DEVICE = "privateuseone"
 #: PyTorch's structured kernels for any backend: meta, then DirectML's own ``.out`` kernel.
 _COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional
 _mul_kernel = torch.ops.aten.mul.Tensor
 _mul_in_place = torch.ops.aten.mul_.Tensor
 _sum_kernel = torch.ops.aten.sum.dim_IntList
+#: Sums of these dtypes are int64 unless a dtype is asked for (PyTorch's rule).
+_SUMMED_AS_INT64 = frozenset(
+    (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+)
+_result_type = torch.result_type
+_empty_strided = torch.empty_strided
+_empty_like = torch.empty_like
+_mul_out = torch.mul
+_sum_out = torch.sum
+_NOTHING = (0,)
+_ONE = (1,)
+
+# The calls DirectML gets right reach its ``.out`` kernel through the Python bindings, not
+# through the structured composite called as an operator overload: that boxed call cost twice
+# as much, and the composite allocates its output through dmlpatch's allocation kernel, a
+# second Python call (benchmarks/ops.py).
 
 
 def _mul(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:
@@ -44,9 +61,22 @@ def _mul(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tenso
     sentinels.stand_aside()
     if type(other) is _TENSOR and other.dtype is _BOOL and self.dtype is not _BOOL:
         record("fixed", "aten::mul.out")
-        other = other.to(torch.result_type(self, other))
-    result: torch.Tensor = _mul_kernel._op_dk(_COMPOSITE, self, other)
-    return result
+        other = other.to(_result_type(self, other))
+    result_dtype = _result_type(self, other)
+    if result_dtype in transfers.held_otherwise():
+        # x * 1j: the structured composite allocates the complex result under the policy.
+        result: torch.Tensor = _mul_kernel._op_dk(_COMPOSITE, self, other)
+        return result
+    on = self.device
+    if on.type == _DEVICE:
+        if (type(other) is not _TENSOR or other.dim() == 0) and self.is_contiguous():
+            # A scaling of a contiguous tensor is laid out as the tensor itself; allocated at
+            # its size, the output needs no resize (a second allocation on the simulator).
+            return _mul_out(self, other, out=_empty_like(self, dtype=result_dtype))
+    else:
+        on = other.device  # self is a CPU scalar: other is the device tensor
+    out = _empty_strided(_NOTHING, _ONE, dtype=result_dtype, device=on)
+    return _mul_out(self, other, out=out)
 
 
 def _mul_(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:
@@ -54,6 +84,12 @@ def _mul_(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tens
     if type(other) is _TENSOR and other.dtype is _BOOL and self.dtype is not _BOOL:
         record("fixed", "aten::mul.out")
         other = other.to(self.dtype)
+    if type(other) is not _TENSOR or (
+        other.dim() <= self.dim() and (other.numel() == 1 or other.shape == self.shape)
+    ):
+        # The product has self's shape: writing it to self is the in-place product.
+        return _mul_out(self, other, out=self)
+    # A broadcast other: the in-place form checks that self keeps its shape, out= would resize.
     result: torch.Tensor = _mul_in_place._op_dk(_COMPOSITE, self, other)
     return result
 
@@ -69,8 +105,14 @@ def _sum(
         record("fixed", "aten::sum.IntList_out")
         total: torch.Tensor = _sum_kernel._op_dk(_COMPOSITE, self.to(torch.int64), dim, keepdim)
         return total if dtype in (None, torch.int64) else total.to(dtype)
-    result: torch.Tensor = _sum_kernel._op_dk(_COMPOSITE, self, dim, keepdim, dtype=dtype)
-    return result
+    if dtype is None:
+        dtype = torch.int64 if self.dtype in _SUMMED_AS_INT64 else self.dtype
+    elif dtype in transfers.held_otherwise():
+        # sum(dtype=torch.bfloat16): the composite allocates the result under the policy.
+        held: torch.Tensor = _sum_kernel._op_dk(_COMPOSITE, self, dim, keepdim, dtype=dtype)
+        return held
+    out = _empty_strided(_NOTHING, _ONE, dtype=dtype, device=self.device)
+    return _sum_out(self, dim, keepdim, dtype=dtype, out=out)
 
 
 KERNELS = (

@@ -33,20 +33,42 @@ from dmlpatch.opfix.complex.tensor import wrap
 
 _HOST = torch.device("cpu")
 
-#: Whether copies to another adapter go through the host (the profile has DirectML's quirk).
-through_host_between_adapters = True
+#: Whether copies to another adapter go through the host: the profile has DirectML's quirk and
+#: there is more than one adapter (:func:`between_adapters`).
+through_host_between_adapters = False
 #: Dtypes (source or destination) that DirectML cannot hold: their copies follow the policy.
 _attention: frozenset[torch.dtype] = frozenset()
-
 #: Dtypes a waiting fix watches for (:mod:`dmlpatch.opfix.triggers`).
 _waiting: frozenset[torch.dtype] = frozenset()
+#: Either of the two: a copy of none of these dtypes takes the short path.
+_watched: frozenset[torch.dtype] = frozenset()
 _empty_like = torch.empty_like
 _PRESERVE = torch.preserve_format
 
 
+def between_adapters(quirk: bool, adapters: int) -> None:
+    """Copies between adapters go through the host where DirectML has the quirk and a copy
+    between adapters can happen at all (set at install)."""
+    global through_host_between_adapters
+    through_host_between_adapters = quirk and adapters > 1
+
+
 def watch_triggers(dtypes: frozenset[torch.dtype]) -> None:
-    global _waiting
+    global _waiting, _watched
     _waiting = dtypes
+    _watched = _attention | _waiting
+
+
+def held_otherwise() -> frozenset[torch.dtype]:
+    """The dtypes DirectML cannot hold as they are: the policy decides what they become."""
+    return _attention
+
+
+def watch_dtypes(dtypes: frozenset[torch.dtype]) -> None:
+    """The dtypes whose copies to the device take the policy's path (set at install)."""
+    global _attention, _watched
+    _attention = dtypes
+    _watched = _attention | _waiting
 
 
 def _to_copy(
@@ -58,6 +80,32 @@ def _to_copy(
     pin_memory: Optional[bool] = None,
     non_blocking: bool = False,
     memory_format: Optional[torch.memory_format] = None,
+) -> torch.Tensor:
+    # Every copy of a device tensor and to the device passes here: the calls no fix concerns
+    # are told apart with as few Python operations as possible (benchmarks/ops.py).
+    if (
+        dtype in _watched
+        or self.dtype in _watched
+        or through_host_between_adapters
+        or layout is not None
+        or pin_memory
+    ):
+        return _to_copy_watched(
+            self, dtype, layout, device, pin_memory, non_blocking, memory_format
+        )
+    # PyTorch's composite kernel for a strided tensor, in the fewest calls from Python.
+    out = _empty_like(self, dtype=dtype, device=device, memory_format=memory_format or _PRESERVE)
+    return out.copy_(self, non_blocking=non_blocking)
+
+
+def _to_copy_watched(
+    self: torch.Tensor,
+    dtype: Optional[torch.dtype],
+    layout: Optional[torch.layout],
+    device: Optional[torch.device],
+    pin_memory: Optional[bool],
+    non_blocking: bool,
+    memory_format: Optional[torch.memory_format],
 ) -> torch.Tensor:
     wanted = self.dtype if dtype is None else dtype
     target = self.device if device is None else device
@@ -72,7 +120,6 @@ def _to_copy(
             return _through_host(self, dtype, layout, target, memory_format)
     if layout is not None or pin_memory:
         return _copy(self, dtype, layout, device, non_blocking, memory_format)
-    # PyTorch's composite kernel for a strided tensor, in the fewest calls from Python.
     out = _empty_like(self, dtype=dtype, device=device, memory_format=memory_format or _PRESERVE)
     return out.copy_(self, non_blocking=non_blocking)
 
@@ -126,12 +173,6 @@ def _to_copy_under_policy(
     if through_host_between_adapters and _another_adapter(self, target):
         return _through_host(self, dtype, layout, target, memory_format)
     return _copy(self, dtype, layout, target, non_blocking, memory_format)
-
-
-def watch_dtypes(dtypes: frozenset[torch.dtype]) -> None:
-    """The dtypes whose copies to the device take the policy's path (set at install)."""
-    global _attention
-    _attention = dtypes
 
 
 def _to_paired(

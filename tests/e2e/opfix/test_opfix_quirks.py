@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tests.e2e.opfix.helpers import close, no_copies, without_fixes
 
 import dmlpatch.sim as sim
+from dmlpatch import opfix
 
 MIN = torch.finfo(torch.float32).min
 
@@ -272,8 +273,8 @@ def _outcome(call: Callable[[], torch.Tensor]) -> Any:
     try:
         result = call()
     except RuntimeError as error:
-        return type(error).__name__
-    return result.dtype, tuple(result.shape), result.cpu().double().tolist()
+        return type(error).__name__, str(error)
+    return result.dtype, tuple(result.shape), result.stride(), result.cpu().double().tolist()
 
 
 @settings(max_examples=150, deadline=None)
@@ -281,6 +282,7 @@ def _outcome(call: Callable[[], torch.Tensor]) -> Any:
 def test_every_product_equals_the_cpu(
     dev: torch.device, operands: tuple[torch.Tensor, Any, str], in_place: bool, swap: bool
 ) -> None:
+    opfix.arm_all()  # the product fix, as once a bool tensor has been on the device
     a, b, kind = operands
     moved = b.to(dev) if kind == "tensor" else b
     if in_place:
@@ -305,6 +307,7 @@ def test_every_product_equals_the_cpu(
 def test_every_sum_equals_the_cpu(
     dev: torch.device, dtype: torch.dtype, dim: Any, keepdim: bool, into: Any
 ) -> None:
+    opfix.arm_all()
     t = (torch.arange(12).reshape(3, 4) * 37 % 256).to(dtype)
     options: dict[str, Any] = {} if into is None else {"dtype": into}
     if dim is None:
@@ -316,17 +319,41 @@ def test_every_sum_equals_the_cpu(
     assert got == expected
 
 
-def test_products_and_sums_keep_the_layout(dev: torch.device) -> None:
-    """The fixes give DirectML's kernels outputs of their final size; a channels_last product
-    is channels_last, as PyTorch's own kernel makes it."""
-    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+#: Operands whose products PyTorch lays out by their strides: channels_last, views whose
+#: size-1 dimensions have unusual strides, a non-dense view. name: (tensor, view of it)
+LAYOUTS: dict[str, tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]] = {
+    "channels_last": (
+        torch.randn(2, 3, 4, 5),
+        lambda t: t.contiguous(memory_format=torch.channels_last),
+    ),
+    "channels_last, one channel": (
+        torch.randn(2, 1, 4, 5),
+        lambda t: t.contiguous(memory_format=torch.channels_last),
+    ),
+    "transposed row": (torch.randn(1, 4), lambda t: t.t()),
+    "permuted size-1 dimension": (torch.randn(2, 1, 3), lambda t: t.permute(1, 0, 2)),
+    "non-dense view": (torch.randn(4, 6), lambda t: t[:, ::2].t()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_products_and_sums_keep_the_layout(dev: torch.device, name: str) -> None:
+    """Fixed products and sums are laid out as PyTorch's own kernels lay them out."""
+    opfix.arm_all()
+    base, view = LAYOUTS[name]
+    x, d = view(base), view(base.to(dev))
+    assert d.stride() == x.stride()
+    last = x.dim() - 1
     for got, expected in (
-        (x.to(dev) * x.to(dev), x * x),
-        (x.to(dev) * 2, x * 2),
-        (torch.tensor(2.0) * x.to(dev), torch.tensor(2.0) * x),
-        (x.to(dev) * torch.ones(5).to(dev), x * torch.ones(5)),
-        (x.to(dev).sum((1, 3), keepdim=True), x.sum((1, 3), keepdim=True)),
-        (x.to(dev).sum(-1), x.sum(-1)),
+        (d * d, x * x),
+        (d * 2, x * 2),
+        (d * 0.5, x * 0.5),
+        (torch.tensor(2.0) * d, torch.tensor(2.0) * x),
+        (d * torch.tensor(3.0).to(dev), x * torch.tensor(3.0)),
+        (d * torch.ones(x.shape[-1]).to(dev), x * torch.ones(x.shape[-1])),
+        (d.sum(last, keepdim=True), x.sum(last, keepdim=True)),
+        (d.sum(0), x.sum(0)),
+        (d.clone().mul_(2), x.clone().mul_(2)),
     ):
         assert got.shape == expected.shape and got.stride() == expected.stride()
         assert torch.allclose(got.cpu(), expected)
