@@ -8,6 +8,7 @@ import torch
 NAMES = {"cuda": "NVIDIA GPU", "cpu": "processor"}
 AMP = dict(device_type="cuda", enabled=False)
 device_name = "cuda"
+LOADER = dict(batch_size=8, pin_memory=True)  # DataLoader pins only where CUDA is
 
 
 def describe(x, mode="cuda"):
@@ -21,6 +22,7 @@ def describe(x, mode="cuda"):
     log.append(f"{mode} arch list: {len(torch.cuda.get_arch_list()) >= 0}")
     log.append(str(torch.cuda.is_initialized()))
     log.append(str(torch.backends.cudnn.enabled))
+    log.append(str(callable(torch.Tensor.pin_memory)))
     return log
 
 

@@ -2,7 +2,8 @@
 # each line the rewriter must change; tests/unit/test_rewrite.py reads these markers.
 # ruff: noqa: UP031
 # fmt: off
-"""Hard-coded CUDA on tensors and modules: ``.cuda()``, ``.to('cuda')``, ``device='cuda'``."""
+"""Hard-coded CUDA on tensors and modules: ``.cuda()``, ``.pin_memory()``, ``.to('cuda')``,
+``device='cuda'``."""
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ def run() -> dict:
         x.cuda(),  # site: cuda_call
         x.cuda(0),  # site: cuda_call
         x.cuda(non_blocking=True),  # site: cuda_call
+        x.pin_memory().cuda(non_blocking=True),  # site: pin_memory, cuda_call
         x.to("cuda"),  # site: device_literal
         x.to("cuda:0", non_blocking=True),  # site: device_literal
         x.to(device="cuda:%d" % 0),  # site: device_literal

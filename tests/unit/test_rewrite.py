@@ -79,6 +79,14 @@ def test_site_records_position_kind_and_original_text() -> None:
         ("x.cuda()", [("cuda_call", "x.cuda()")]),
         ("self.net.cuda(0)", [("cuda_call", "self.net.cuda(0)")]),
         ("super().cuda(device)", [("cuda_call", "super().cuda(device)")]),
+        ("batch.pin_memory()", [("pin_memory", "batch.pin_memory()")]),
+        (
+            "x.pin_memory().cuda(non_blocking=True)",
+            [
+                ("pin_memory", "x.pin_memory()"),
+                ("cuda_call", "x.pin_memory().cuda(non_blocking=True)"),
+            ],
+        ),
         ("torch.cuda.is_available()", [("is_available", "torch.cuda.is_available()")]),
         ("torch.cuda.device_count() > 1", [("cuda_api", "torch.cuda.device_count()")]),
         ("torch.cuda.empty_cache()", [("cuda_api", "torch.cuda.empty_cache()")]),
@@ -490,7 +498,7 @@ CPU_RESULTS: dict[str, dict[str, Any]] = {
     },
     "tensor_methods": {
         "devices": ["cpu"],
-        "sums": [6.0] * 8,
+        "sums": [6.0] * 9,
         "model": 6.0,
         "model_device": "cpu",
     },
@@ -572,7 +580,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...], d
 
         return spy
 
-    for name in sorted(runtime.CUDA_FUNCTIONS | {"device", "cuda"}):
+    for name in sorted(runtime.CUDA_FUNCTIONS | {"device", "cuda", "pin_memory"}):
         monkeypatch.setattr(runtime, name, spy_on(name, getattr(runtime, name)))
     return seen
 
@@ -655,12 +663,16 @@ def test_tensor_methods_call_the_runtime_with_their_arguments(
         assert module.run() == CPU_RESULTS["tensor_methods"]
     # runtime.cuda() moves through runtime.device(), hence the device call after each move.
     assert [
-        (name, args[1:] if name == "cuda" else args, kwargs) for name, args, kwargs in calls
+        (name, args[1:] if name in ("cuda", "pin_memory") else args, kwargs)
+        for name, args, kwargs in calls
     ] == [
         ("cuda", (), {}),
         ("device", ("cuda",), {}),
         ("cuda", (0,), {}),
         ("device", (0,), {}),
+        ("cuda", (), {"non_blocking": True}),
+        ("device", ("cuda",), {}),
+        ("pin_memory", (), {}),
         ("cuda", (), {"non_blocking": True}),
         ("device", ("cuda",), {}),
         ("device", ("cuda",), {}),

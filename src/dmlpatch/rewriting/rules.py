@@ -23,17 +23,26 @@ if TYPE_CHECKING:
 #: or by its availability, whatever the name, and torch.load without map_location; 7: per
 #: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
 #: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both
-#: sides are numbers; 10: rewritten code imports ``dmlpatch.runtime``, the runtime's package).
-GENERATION = 10
+#: sides are numbers; 10: rewritten code imports ``dmlpatch.runtime``, the runtime's package;
+#: 11: ``x.pin_memory()``).
+GENERATION = 11
 
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
-SITE_WORDS = (b"cuda", b"inference_mode", b"autocast", b"GradScaler", b"accelerator")
+SITE_WORDS = (
+    b"cuda",
+    b"inference_mode",
+    b"autocast",
+    b"GradScaler",
+    b"accelerator",
+    b"pin_memory",
+)
 
 
 def may_have_sites(source: bytes) -> bool:
     """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.transform``), told without
-    parsing it: a source that says neither ``cuda`` nor ``inference_mode`` nor ``autocast`` nor
-    ``GradScaler`` nor ``accelerator``, nor both ``torch`` and a complex literal, has none."""
+    parsing it: a source that says none of :data:`SITE_WORDS` (``cuda``, ``inference_mode``,
+    ``autocast``, ``GradScaler``, ``accelerator``, ``pin_memory``), nor both ``torch`` and a
+    complex literal, has none."""
     if any(word in source for word in SITE_WORDS):
         return True
     return b"torch" in source and _has_complex_literal(source)

@@ -100,6 +100,22 @@ def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
     return mover(target, **_accepted(mover, options))
 
 
+def pin_memory(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """``obj.pin_memory(...)`` in a target. Page-locked host memory serves copies to a CUDA GPU,
+    and torch 2.4 (torch-directml's torch) pins for CUDA whatever the device: without a CUDA
+    driver the call fails. Elsewhere a CPU tensor or storage gets what ``pin_memory`` returns
+    for an unpinned one, a copy, in ordinary memory (a non-blocking copy from it to the device
+    is a blocking one); anything else, a device tensor included, keeps its own method."""
+    import torch
+
+    if _resolution.current().patches_needed and (
+        isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage))
+        and obj.device.type == "cpu"
+    ):
+        return obj.clone()
+    return obj.pin_memory(*args, **kwargs)
+
+
 def _accepted(function: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``options`` that ``function`` takes (all, with ``**kwargs``)."""
     import inspect

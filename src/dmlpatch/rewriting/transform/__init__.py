@@ -30,6 +30,9 @@ Site kinds:
   ``select_device`` ends with ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do
   not name CUDA pass unchanged; a module whose only sites these are is left as it is.
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
+- ``pin_memory``: ``x.pin_memory(...)`` → ``__dmlpatch__.pin_memory(x, ...)``: page-locked host
+  memory is CUDA's (torch 2.4 pins for CUDA whatever the device, and without a CUDA driver
+  the call fails), so elsewhere a CPU tensor's copy is in ordinary memory.
 - ``torch_load``: ``torch.load(f)`` without ``map_location`` → ``__dmlpatch__.load(torch.load,
   f)``, which maps the storages a CUDA machine saved (``cuda:N``) to the target, as CUDA would
   restore them there; in a module with other sites only, like ``device_value``.

@@ -1,5 +1,6 @@
-"""``device_literal``, ``device_value``, ``cuda_call`` and ``torch_load`` sites: the places
-where a value names a device, ``x.cuda()``, and checkpoints that come back on CUDA."""
+"""``device_literal``, ``device_value``, ``cuda_call``, ``pin_memory`` and ``torch_load``
+sites: the places where a value names a device, ``x.cuda()``, ``x.pin_memory()``, and
+checkpoints that come back on CUDA."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ from dmlpatch.rewriting.transform.walker import Walker
 _CUDA_LITERAL = re.compile(r"cuda(:\d+)?")
 #: Other devices a program chooses between with CUDA.
 _OTHER_DEVICE = re.compile(r"(cpu|mps|xpu|privateuseone)(:\d+)?")
+
+
+#: Methods that need CUDA, by the site kind a call of one is: ``x.pin_memory()`` pins for
+#: CUDA on torch 2.4 (torch-directml's torch) whatever the device, and fails without it.
+_METHOD_SITES = {"cuda": "cuda_call", "pin_memory": "pin_memory"}
 
 
 class DeviceSites(Walker):
@@ -47,14 +53,17 @@ class DeviceSites(Walker):
         return True
 
     def cuda_method_call(self, node: ast.Call) -> Union[ast.Call, None]:
-        """``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``; None for any other call."""
+        """``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)`` and ``x.pin_memory(...)`` →
+        ``__dmlpatch__.pin_memory(x, ...)``; None for any other call."""
         func = node.func
         if not (
-            isinstance(func, ast.Attribute) and func.attr == "cuda" and self.is_object(func.value)
+            isinstance(func, ast.Attribute)
+            and func.attr in _METHOD_SITES
+            and self.is_object(func.value)
         ):
             return None
-        self.site(node, "cuda_call")
-        callee = located(alias("cuda"), func)
+        self.site(node, _METHOD_SITES[func.attr])
+        callee = located(alias(func.attr), func)
         call = located(ast.Call(callee, [func.value, *node.args], node.keywords), node)
         if (
             func.end_lineno is not None
