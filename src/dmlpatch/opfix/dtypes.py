@@ -10,12 +10,12 @@ over uint8.
   the program sees ``UnicodeDecodeError``. The fix sums in int64 and casts to the dtype asked
   for (the CPU's answer: uint8 results wrap the same way).
 
-Every other call goes to DirectML's own ``mul.out``/``sum.IntList_out``, into an empty output
-that the structured kernel sizes and strides as the functional form would, so only the calls
-DirectML gets wrong change path. Each fix waits until a tensor of its
-dtype first exists on the device (:mod:`dmlpatch.opfix.triggers`): a program that never puts a
-bool (uint8) tensor there never pays a Python call on its products (sums); after that, each
-costs one (``benchmarks/ops.py``).
+Every other call goes to DirectML's own ``mul.out``/``sum.IntList_out``, into an output laid
+out as the functional form lays it out (allocated at its size for a scaling of a contiguous
+tensor, otherwise empty and sized by the structured kernel), so only the calls DirectML gets
+wrong change path. Each fix waits until a tensor of its dtype first exists on the device
+(:mod:`dmlpatch.opfix.triggers`): a program that never puts a bool (uint8) tensor there never
+pays a Python call on its products (sums); after that, each costs one (``benchmarks/ops.py``).
 """
 
 from __future__ import annotations
