@@ -59,10 +59,10 @@ def _mul(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tenso
     # A Python number (x * 2 reaches mul.Tensor as a wrapped number) arrives as itself; either
     # operand may be a CPU scalar tensor (a scheduler's beta ** 0.5 times a device tensor).
     sentinels.stand_aside()
+    result_dtype = _result_type(self, other)
     if type(other) is _TENSOR and other.dtype is _BOOL and self.dtype is not _BOOL:
         record("fixed", "aten::mul.out")
-        other = other.to(_result_type(self, other))
-    result_dtype = _result_type(self, other)
+        other = other.to(result_dtype)
     if result_dtype in transfers.held_otherwise():
         # x * 1j: the structured composite allocates the complex result under the policy.
         result: torch.Tensor = _mul_kernel._op_dk(_COMPOSITE, self, other)

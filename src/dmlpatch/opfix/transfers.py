@@ -83,22 +83,18 @@ def _to_copy(
 ) -> torch.Tensor:
     # Every copy of a device tensor and to the device passes here: the calls no fix concerns
     # are told apart with as few Python operations as possible (benchmarks/ops.py).
-    if (
-        dtype in _watched
-        or self.dtype in _watched
-        or through_host_between_adapters
-        or layout is not None
-        or pin_memory
-    ):
-        return _to_copy_watched(
-            self, dtype, layout, device, pin_memory, non_blocking, memory_format
-        )
+    if dtype in _watched or self.dtype in _watched or through_host_between_adapters:
+        fixed = _fixed_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format)
+        if fixed is not None:
+            return fixed
+    if layout is not None or pin_memory:
+        return _copy(self, dtype, layout, device, non_blocking, memory_format)
     # PyTorch's composite kernel for a strided tensor, in the fewest calls from Python.
     out = _empty_like(self, dtype=dtype, device=device, memory_format=memory_format or _PRESERVE)
     return out.copy_(self, non_blocking=non_blocking)
 
 
-def _to_copy_watched(
+def _fixed_copy(
     self: torch.Tensor,
     dtype: Optional[torch.dtype],
     layout: Optional[torch.layout],
@@ -106,22 +102,22 @@ def _to_copy_watched(
     pin_memory: Optional[bool],
     non_blocking: bool,
     memory_format: Optional[torch.memory_format],
-) -> torch.Tensor:
+) -> Optional[torch.Tensor]:
+    """A copy to the device that a fix serves (the dtype policy, another adapter), or None
+    after telling the triggers of the dtype it brings."""
     wanted = self.dtype if dtype is None else dtype
     target = self.device if device is None else device
-    if target.type == "privateuseone":
-        if wanted in _attention or self.dtype in _attention:
-            return _to_copy_under_policy(
-                self, dtype, layout, target, pin_memory, non_blocking, memory_format
-            )
-        if wanted in _waiting:
-            triggers.seen(wanted)
-        if through_host_between_adapters and _another_adapter(self, target):
-            return _through_host(self, dtype, layout, target, memory_format)
-    if layout is not None or pin_memory:
-        return _copy(self, dtype, layout, device, non_blocking, memory_format)
-    out = _empty_like(self, dtype=dtype, device=device, memory_format=memory_format or _PRESERVE)
-    return out.copy_(self, non_blocking=non_blocking)
+    if target.type != "privateuseone":
+        return None
+    if wanted in _attention or self.dtype in _attention:
+        return _to_copy_under_policy(
+            self, dtype, layout, target, pin_memory, non_blocking, memory_format
+        )
+    if wanted in _waiting:
+        triggers.seen(wanted)
+    if through_host_between_adapters and _another_adapter(self, target):
+        return _through_host(self, dtype, layout, target, memory_format)
+    return None
 
 
 def _another_adapter(self: torch.Tensor, target: torch.device) -> bool:
