@@ -180,6 +180,12 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/yolo/test_yolo.py::test_rtdetr_repconv_fuses_on_directml",
         "tests/e2e/yolo/test_yolo.py::test_rtdetr_train_val_predict_on_directml_equal_to_cpu",
     ],
+    "parameters-replaced": [
+        "tests/e2e/opfix/test_opfix_module_moves.py::test_without_the_fix_the_simulator_reproduces_pytorchs_replacement",
+        "tests/e2e/opfix/test_opfix_module_moves.py::test_an_optimizer_made_before_the_move_trains_as_on_the_cpu",
+        "tests/e2e/libraries/test_module_moves.py::test_a_gpt2_moved_after_its_optimizer_trains_tied_as_on_the_cpu",
+        "tests/e2e/libraries/test_module_moves.py::test_an_accelerate_loop_trains_as_on_the_cpu",
+    ],
     "autocast": [
         "tests/e2e/test_cuda_api.py::test_runner_answers_the_cuda_api_on_the_device",
         "tests/e2e/test_cuda_api.py::test_activation_answers_the_cuda_api_on_the_device",

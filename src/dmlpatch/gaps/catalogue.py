@@ -537,6 +537,21 @@ FAILURES: tuple[Failure, ...] = (
         "libraries' .data assignments across devices are not rewritten",
     ),
     Failure(
+        "parameters-replaced",
+        "model.to(dml) puts new Parameter objects in the model: an optimizer made before the "
+        "move trains nothing (accelerate's prepare(model, optimizer)), tied weights come apart "
+        "(lm_head and embeddings), tensor hooks are lost",
+        "",
+        "PyTorch's Module._apply for every PrivateUse1 device (param.data = moved needs "
+        "shallow-copy compatible tensors); no error: the loss stays where it started",
+        (),
+        "pytorch",
+        "PyTorch replaces the parameters moving to the simulated device as for DirectML",
+        "start-up",
+        "dmlpatch.opfix.module_moves, installed with the device: each replaced parameter takes "
+        "the moved tensor into the old object, as param.data = moved does on CUDA",
+    ),
+    Failure(
         "autocast",
         "torch.autocast('cuda'), torch.cuda.amp.autocast, GradScaler",
         "",
