@@ -375,7 +375,12 @@ FRAGMENTS = [
     same("'cudas'", "cudas"),
     same("torch.device('cuda:x')", ("device", "cuda:x")),
     same("Movable().to('cudax')", ("to", "cudax")),
-    same("Movable().device.type == 'cuda'", True),
+    # Tests of a device against CUDA's name answer for the adapter as on CUDA.
+    site("Movable().device.type == 'cuda'  #S", True, True),
+    site("args_device == 'cuda'  #S", True, True, setup="args_device = 'cuda'  #S"),
+    site("DEVICE.startswith('cuda:1')  #S", True, True, setup="DEVICE = 'cuda:1'  #S"),
+    site("'cuda' in str(gpu_device)  #S", True, True, setup="gpu_device = 'cuda'  #S"),
+    site("the_device in ('cuda', 'mps')  #S", True, True, setup="the_device = 'cuda'  #S"),
     same("'cuda' in 'cuda:0'", True),
     same("{'cuda': 1}['cuda']", 1),
     same("'moving to cuda:0 with x.cuda()'", "moving to cuda:0 with x.cuda()"),

@@ -502,6 +502,25 @@ CPU_RESULTS: dict[str, dict[str, Any]] = {
         "model": 6.0,
         "model_device": "cpu",
     },
+    "device_tests": {
+        "eq": False,
+        "ne": True,
+        "str": False,
+        "in": False,
+        "named": False,
+        "contains": False,
+        "prefix": False,
+        "prefixes": False,
+        "table": "torch.bfloat16",
+        "get": "torch.bfloat16",
+        "display": "gloo",
+        "not_cuda": True,
+        "where": "cpu",
+        "moves_model": False,
+        "from_env": "cpu",
+        "from_args": "cpu",
+        "made": "cpu",
+    },
     "assignments": {
         "names": ["cpu"] * 5,
         "backend": "cuda",
@@ -759,3 +778,184 @@ def test_a_kept_function_asks_cuda_and_says_why_once(
         "dmlpatch: warning: lib.fused.f chooses its device as under plain python: it uses "
         "torch.cuda.jiterator (and 1 more), which dmlpatch cannot answer off CUDA\n"
     )
+
+
+# -- tests of the device against CUDA's name --------------------------------------------------
+
+
+def test_device_tests_answer_as_on_cuda_for_the_accelerator(
+    tmp_path: Path, on_device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_device(accelerator(0))
+    monkeypatch.setenv("CORPUS_DEVICE", "cuda")
+    with sandbox(tmp_path) as box:
+        found = corpus_module(box, "device_tests").run_on([])
+    assert found == {
+        "eq": True,
+        "ne": False,
+        "str": True,
+        "in": True,
+        "named": True,
+        "contains": True,
+        "prefix": True,
+        "prefixes": True,
+        "table": "torch.float16",
+        "get": "torch.float16",
+        "display": "nccl",
+        "not_cuda": False,
+        "where": "privateuseone",
+        "moves_model": True,
+        "from_env": "privateuseone:0",
+        "from_args": "privateuseone:0",
+    }
+
+
+def test_device_tests_on_the_cpu_answer_as_plain_python(tmp_path: Path, on_device) -> None:
+    on_device(cpu())
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "device_tests")
+        plain = box.load_plain("device_tests")
+        for argv in (["--device", "cpu"], ["--device", "cpu:0"]):
+            assert module.run_on(argv) == plain.run_on(argv)
+        found = module.run_on([])
+    assert found["eq"] is False and found["where"] == "cpu" and found["table"] == "torch.bfloat16"
+
+
+def test_a_device_named_on_the_command_line_reaches_the_accelerator(
+    tmp_path: Path, on_device
+) -> None:
+    on_device(accelerator(0, 1))
+    with sandbox(tmp_path) as box:
+        module = corpus_module(box, "device_tests")
+        found = module.run_on(["--device", "cuda:1"])
+    assert found["from_args"] == "privateuseone:1"
+    assert found["where"] == "privateuseone"
+    assert found["str"] is False and found["eq"] is True  # cuda:1, as on CUDA
+    assert found["moves_model"] is False  # "cuda:1" != "cuda" on CUDA too
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="match is Python 3.10's")
+def test_match_on_the_device_type_answers_as_on_cuda(on_device) -> None:
+    on_device(accelerator(0))
+    source = """
+        import torch
+        device = torch.device("cuda")
+        def kind(d):
+            match d.type:
+                case "cuda" | "xpu":
+                    return "gpu"
+                case _:
+                    return "other"
+        def captured(d):
+            match d.type:
+                case "cuda":
+                    return "gpu"
+                case other:
+                    return other
+        """
+    result = rewrite(textwrap.dedent(source))
+    assert [site.kind for site in result.sites] == ["device_literal", "cuda_test"]
+    namespace: dict[str, Any] = {}
+    exec(compile(result.tree, "<match>", "exec"), namespace)
+    assert namespace["kind"](namespace["device"]) == "gpu"
+    assert namespace["captured"](namespace["device"]) == "privateuseone"
+
+
+def test_device_tests_alone_are_not_sites() -> None:
+    assert sites_of("if x.device.type == 'cuda':\n    y = x.is_cuda\n") == []
+    assert sites_of("import torch\nd = torch.device('cuda')\nok = d.type == 'cuda'\n") == [
+        ("device_literal", "'cuda'"),
+        ("cuda_test", "d.type == 'cuda'"),
+    ]
+
+
+def test_device_test_values_do_not_leave_the_test(on_device) -> None:
+    on_device(accelerator(0))
+    from dmlpatch.runtime import device_tests
+
+    target = runtime.device("cuda")
+    assert target == "privateuseone:0" and isinstance(target, str)
+    assert device_tests.as_cuda(target) == "cuda"
+    assert device_tests.as_cuda(torch.device("privateuseone:0")) == torch.device("cuda:0")
+    assert device_tests.as_cuda("privateuseone:7") == "privateuseone:7"  # no ordinal maps there
+    assert device_tests.as_cuda(["cpu", "privateuseone"]) == ["cpu", "cuda"]
+    assert device_tests.as_cuda(torch.float16) is torch.float16
+    import pickle
+
+    # A checkpoint's configuration loads without dmlpatch.
+    assert type(pickle.loads(pickle.dumps(target))) is str
+
+
+def test_tests_before_a_cuda_only_library_keep_cuda_s_meaning() -> None:
+    source = """
+        import torch
+        from mamba_ssm.ops import selective_scan_fn
+        import triton.language as tl
+        DEVICE = torch.device("cuda")
+        def fast(x):
+            if x.device.type == "cuda":
+                return selective_scan_fn(x)
+            return x
+        def kernel(x):
+            return tl.sum(x) if x.is_cuda else x
+        def plain(x):
+            return x.device.type == "cuda"
+        """
+    result = rewrite(textwrap.dedent(source))
+    assert result.kept == (
+        ("fast", ("mamba_ssm.ops.selective_scan_fn",)),
+        ("kernel", ("triton.language",)),
+    )
+    code = ast.unparse(result.tree)
+    assert "__dmlpatch_kept__.as_cuda(x.device.type, scope='fast'" in code
+    assert "__dmlpatch_kept__.is_cuda(x)" in code
+    assert "return __dmlpatch__.as_cuda(x.device.type) == 'cuda'" in code
+
+
+def test_a_test_that_opens_torch_s_device_module_keeps_cuda_s_meaning() -> None:
+    # transformers' caching_allocator_warmup: getattr(torch, "privateuseone").mem_get_info
+    source = """
+        import torch
+        DEVICE = torch.device("cuda")
+        def warmup(device):
+            if device.type in ["cuda", "xpu"]:
+                module = getattr(torch, device.type)
+                return module.mem_get_info(device.index)[0]
+            return 0
+        def untested(device):
+            return getattr(torch, device.type)
+        """
+    result = rewrite(textwrap.dedent(source))
+    assert result.kept == (("warmup", ("torch.<device type> (getattr)",)),)
+    assert [site.kind for site in result.sites] == ["device_literal", "cuda_test"]
+
+
+def test_a_kept_test_that_finds_the_adapter_says_so_once(
+    on_device, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on_device(accelerator(0))
+    source = """
+        import torch
+        try:
+            from flash_attn import flash_attn_func
+        except ImportError:  # as the libraries import it
+            flash_attn_func = None
+        DEVICE = torch.device("cuda")
+        def attend(q):
+            if q.device.type == "cuda":
+                return flash_attn_func(q)
+            return "math"
+        """
+    result = rewrite(textwrap.dedent(source))
+    namespace: dict[str, Any] = {"__name__": "models.attention"}
+    exec(compile(result.tree, "attention.py", "exec"), namespace)
+
+    class OnAdapter:
+        device = torch.device("privateuseone:0")
+
+    assert namespace["attend"](OnAdapter()) == "math"
+    assert namespace["attend"](OnAdapter()) == "math"
+    assert capsys.readouterr().err.splitlines() == [
+        "dmlpatch: warning: models.attention.attend tests its device as under plain python "
+        "(not CUDA): it uses flash_attn.flash_attn_func, which dmlpatch cannot answer off CUDA"
+    ]

@@ -156,6 +156,9 @@ def configured_spec() -> str:
 def current() -> Resolution:
     """The process's resolution, computed once; listeners hear of it as soon as it exists."""
     global _current, _resolving
+    resolved = _current
+    if resolved is not None:  # every rewritten site asks: no lock once it exists
+        return resolved
     with _lock:
         if _current is None:
             _resolving = True

@@ -272,14 +272,15 @@ def _say_left(fullname: str, leave: Leave) -> None:
 
 def _keep_as_written(fullname: str, kept: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
     from dmlpatch import record
+    from dmlpatch.runtime.cuda_only import qualified
 
     for scope, names in kept:
         where = fullname if scope == "<module>" else f"{fullname}.{scope}"
         record.record_skip(
             DISCOVERED,
             where,
-            f"uses torch.cuda.{', torch.cuda.'.join(names)}, not answered: its sites keep "
-            "CUDA's meaning (the rest of the module is rewritten)",
+            f"uses {', '.join(qualified(name) for name in names)}, not answered: its sites "
+            "keep CUDA's meaning (the rest of the module is rewritten)",
         )
 
 

@@ -22,17 +22,59 @@ def is_available(scope: str = "", uses: tuple[str, ...] = ()) -> bool:
     if uses:
         from dmlpatch import log
 
-        module = sys._getframe(1).f_globals.get("__name__", "?")
-        where = f"{module}.{scope}" if scope and scope != "<module>" else module
-        more = f" (and {len(uses) - 1} more)" if len(uses) > 1 else ""
+        where = _where(scope)
         log.warn_once(
             f"as-written:{where}",
             f"{where} chooses its device as under plain python: it uses "
-            f"torch.cuda.{uses[0]}{more}, which dmlpatch cannot answer off CUDA",
+            f"{_used(uses)}, which dmlpatch cannot answer off CUDA",
         )
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def _where(scope: str) -> str:
+    """The function that asked, in its module (two frames up: past the public function)."""
+    module = sys._getframe(2).f_globals.get("__name__", "?")
+    return f"{module}.{scope}" if scope and scope != "<module>" else module
+
+
+def _used(uses: tuple[str, ...]) -> str:
+    """The first name that kept the function, qualified; how many more."""
+    from dmlpatch.runtime import cuda_only
+
+    first = cuda_only.qualified(uses[0])
+    more = f" (and {len(uses) - 1} more)" if len(uses) > 1 else ""
+    return first + more
+
+
+def _names_accelerator(value: Any) -> bool:
+    """A device, device type or device name that is neither CUDA nor the CPU."""
+    kind = value if isinstance(value, str) else getattr(value, "type", None)
+    if not isinstance(kind, str):
+        return False
+    return kind.split(":", 1)[0] in ("privateuseone", "mps", "xpu")
+
+
+def as_cuda(value: Any, scope: str = "", uses: tuple[str, ...] = ()) -> Any:
+    """A device (or its type, or its name) tested against ``"cuda"``, unchanged: a test that
+    finds the DirectML adapter (or another accelerator dmlpatch gave) says once that it answers
+    as under plain python."""
+    if uses and _names_accelerator(value):
+        from dmlpatch import log
+
+        where = _where(scope)
+        log.warn_once(
+            f"as-written-test:{where}",
+            f"{where} tests its device as under plain python (not CUDA): it uses "
+            f"{_used(uses)}, which dmlpatch cannot answer off CUDA",
+        )
+    return value
+
+
+def is_cuda(obj: Any) -> bool:
+    """``obj.is_cuda``, unchanged."""
+    return bool(obj.is_cuda)
 
 
 def device(spec: Any = "cuda") -> Any:

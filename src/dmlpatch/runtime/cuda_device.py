@@ -13,10 +13,12 @@ on them here, so that the runtime can load those two on demand without their imp
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any, Optional, Union
 
 from dmlpatch.devices import announce as _announce
 from dmlpatch.devices import resolution as _resolution
+from dmlpatch.runtime import device_tests as _device_tests
 
 _CUDA_SPEC = re.compile(r"^cuda(?::(\d+))?$")
 
@@ -113,8 +115,16 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
     Values that do not name a CUDA device are returned unchanged, so a rewritten f-string that
     turns out to say ``'cpu'`` at run time still means the CPU.
     """
+    try:
+        if spec in _not_cuda:  # x.device, "cpu", a dtype: most values, seen before
+            return spec
+    except TypeError:  # unhashable: a map_location dict, a list
+        return spec
     ordinal = cuda_ordinal(spec)
     if ordinal is NOT_CUDA:
+        # Strings and torch.device only: True == 1 would make an ordinal look seen.
+        if len(_not_cuda) < 256 and (spec.__class__ is str or _is_torch_device(spec)):
+            _not_cuda.add(spec)
         return spec
     resolution = _resolution.current()
     if not resolution.patches_needed:
@@ -124,8 +134,15 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
         return "cpu"
     target = f"{resolution.type}:{target_index(ordinal)}"
     _announce.device_used()
+    if isinstance(spec, str):
+        # Tested against "cuda" later, it answers as the program wrote it.
+        return _device_tests.CudaSpelled(target, spec)
     return target
 
+
+#: Values :func:`device` found not to name a CUDA device (reading a torch.device's type costs
+#: more than the call it guards; hashing it does not).
+_not_cuda: set[Any] = set()
 
 #: What :func:`cuda_ordinal` answers for a device that is not a CUDA one.
 NOT_CUDA = object()
@@ -145,6 +162,11 @@ def cuda_ordinal(spec: Any) -> Any:
     if getattr(spec, "type", None) == "cuda":
         return spec.index
     return NOT_CUDA
+
+
+def _is_torch_device(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and value.__class__ is torch.device
 
 
 def ordinal_of(device: Any) -> Optional[int]:

@@ -31,6 +31,8 @@ from dmlpatch.runtime.cuda_device import get_device_name as get_device_name
 from dmlpatch.runtime.cuda_device import is_available as is_available
 from dmlpatch.runtime.cuda_device import set_device as set_device
 from dmlpatch.runtime.cuda_device import synchronize as synchronize
+from dmlpatch.runtime.device_tests import as_cuda as as_cuda
+from dmlpatch.runtime.device_tests import is_cuda as is_cuda
 
 #: The name under which rewritten modules see this module.
 ALIAS = "__dmlpatch__"

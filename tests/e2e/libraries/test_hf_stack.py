@@ -246,7 +246,15 @@ def test_transformers_5_pipelines_and_device_maps_on_the_device_equal_to_cpu(
     assert patched.code == 0, patched.err[-3000:]
     _equal_to_cpu(json.loads(patched.out), json.loads(plain.out))
     data = json.loads(report.read_text())
-    assert data["kept_as_written"] == []
+    # accelerate's NUMA affinity reads the GPU's through pynvml: it keeps CUDA's meaning (as
+    # under plain python it sets none), and nothing of transformers 5 does.
+    assert data["kept_as_written"] == [
+        {
+            "module": "accelerate.utils.environment.override_numa_affinity",
+            "reason": "uses pynvml, not answered: its sites keep CUDA's meaning (the rest of "
+            "the module is rewritten)",
+        }
+    ]
     assert data["ops"]["fallback"] == {} and data["compute"]["device_share"] == 1.0
     assert "transformers.utils.import_utils" in {entry["module"] for entry in data["rewritten"]}
 

@@ -27,8 +27,17 @@ Site kinds:
   condition asks whether CUDA is available, whatever the names.
 - ``device_value``: the computed argument of ``torch.device(x)`` (a name, an attribute, a
   call) → ``torch.device(__dmlpatch__.device(x))``, in a module with other sites: yolov5's
-  ``select_device`` ends with ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Values that do
-  not name CUDA pass unchanged; a module whose only sites these are is left as it is.
+  ``select_device`` ends with ``arg = 'cuda:0'`` ... ``return torch.device(arg)``. Likewise a
+  device read from outside the source where a device goes (``.to(args.device)``,
+  ``device=cfg["device"]``, ``device = os.environ.get("DEVICE", "cuda")``, ``sys.argv[1]``):
+  settings, the environment and the command line may say ``cuda``. Values that do not name
+  CUDA pass unchanged; a module whose only sites these are is left as it is.
+- ``cuda_test``: a test of a device against CUDA's name (``x.device.type == 'cuda'``,
+  ``'cuda' in str(d)``, ``d.startswith('cuda')``, ``d.type in ('cuda', 'xpu')``, a dict keyed by
+  ``'cuda'`` indexed by a device type, ``match``, ``x.is_cuda``): the compared value →
+  ``__dmlpatch__.as_cuda(value)`` inside the test only (``x.is_cuda`` →
+  ``__dmlpatch__.is_cuda(x)``), so it answers as on CUDA (``dmlpatch.runtime.device_tests``);
+  in a module with other sites only (``device_tests``).
 - ``cuda_call``: ``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)``.
 - ``pin_memory``: ``x.pin_memory(...)`` → ``__dmlpatch__.pin_memory(x, ...)``: page-locked host
   memory is CUDA's (torch 2.4 pins for CUDA whatever the device, and without a CUDA driver
@@ -64,23 +73,26 @@ Site kinds:
 
 Other ``torch.cuda.<name>`` uses (``jiterator``, ``nccl``, the caching allocator...) are not
 sites: they are *unanswered* (``Rewritten.unanswered``), because once a function's sites say CUDA
-is available, code behind them would fail without a CUDA GPU. So the sites of the function that
-uses one (and of the functions around it; the module's own code where no function is) go to
-``dmlpatch.runtime.as_written`` through ``__dmlpatch_kept__`` instead, keeping CUDA's
-meaning there (``Rewritten.kept``); the rest of the module is rewritten. Names in
-``runtime.HARMLESS_CUDA_NAMES`` behave the same with or without one and are not listed;
-``dmlpatch.rewriting.cuda_inventory`` classifies every public ``torch.cuda`` name.
+is available, code behind them would fail without a CUDA GPU; so are names imported from a
+library that runs only on CUDA (``dmlpatch.runtime.cuda_only``: triton, xformers, mamba_ssm...).
+So the sites of the function that uses one (and of the functions around it; the module's own
+code where no function is) go to ``dmlpatch.runtime.as_written`` through ``__dmlpatch_kept__``
+instead, keeping CUDA's meaning there (``Rewritten.kept``); the rest of the module is
+rewritten. Names in ``runtime.HARMLESS_CUDA_NAMES`` behave the same with or without one and
+are not listed; ``dmlpatch.rewriting.cuda_inventory`` classifies every public ``torch.cuda``
+name.
 
-Everything else that says ``cuda`` is left alone on purpose: comparisons
-(``x.device.type == 'cuda'``), membership tests, dict keys, messages. Rewriting those would
-change what the program *checks*, not where it runs.
+Everything else that says ``cuda`` is left alone on purpose: dict keys and displays that are
+not looked up by a device, messages, a module whose only CUDA words are tests (device-agnostic
+code, whose CUDA branches are CUDA's own kernels and streams).
 
 New nodes take the location of the expression they replace, so every original statement keeps
 its line and column numbers and tracebacks point at the original source.
 
-Layout: one walk (``walker``) with a class per site kind (``device_sites``, ``cuda_api_sites``,
-``training_sites``, ``complex_sites``), the per-function rule (``as_written``), composed in
-``transformer``; ``names`` reads the module's imports and ``nodes`` builds what replaces a site.
+Layout: one walk (``walker``) with a class per site kind (``device_sites``, ``device_tests``,
+``cuda_api_sites``, ``training_sites``, ``complex_sites``), the per-function rule
+(``as_written``), composed in ``transformer``; ``names`` reads the module's imports and
+``nodes`` builds what replaces a site.
 """
 
 from __future__ import annotations
@@ -100,7 +112,7 @@ __all__ = ["RUNTIME_MODULE", "Rewritten", "Site", "find_sites", "rewrite"]
 RUNTIME_MODULE = "dmlpatch.runtime.sites"
 _AS_WRITTEN_MODULE = "dmlpatch.runtime.as_written"
 #: Site kinds rewritten only in a module with other sites.
-_ONLY_BESIDE_CUDA = frozenset({"device_value", "torch_load"})
+_ONLY_BESIDE_CUDA = frozenset({"device_value", "torch_load", "cuda_test"})
 
 
 class Rewritten(NamedTuple):

@@ -1,5 +1,7 @@
 """First do no harm, per function: the sites of a function that also uses a ``torch.cuda`` name
-the runtime does not answer go to ``dmlpatch.runtime.as_written``, which keeps CUDA's meaning."""
+the runtime does not answer, or a name imported from a library that runs only on CUDA
+(``triton``, ``mamba_ssm``, ``flash_attn``...), go to ``dmlpatch.runtime.as_written``, which
+keeps CUDA's meaning."""
 
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ def _module_code(tree: ast.Module) -> Iterator[ast.AST]:
 
 def _keep(nodes: Iterator[ast.AST], scope: str, uses: tuple[str, ...], imports: bool) -> int:
     """Point the runtime calls among ``nodes`` at the runtime that keeps CUDA's meaning; its
-    ``is_available()`` is told the scope and the names, to say why in one line. Imports of
+    ``is_available()`` and ``as_cuda()`` are told the scope and the names, to say why in one
+    line. Imports of
     ``cuda_api``'s answers go back to ``torch.cuda`` (with ``imports``). Returns how many
     runtime references there are, rerouted here or before (by an inner function)."""
     count = 0
@@ -68,7 +71,7 @@ def _keep(nodes: Iterator[ast.AST], scope: str, uses: tuple[str, ...], imports: 
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "is_available"
+            and node.func.attr in ("is_available", "as_cuda")
             and isinstance(node.func.value, ast.Name)
             and node.func.value.id == ALIAS
             and not node.keywords

@@ -14,6 +14,9 @@ from dmlpatch.rewriting.transform.walker import Walker
 from dmlpatch.runtime.cuda_api import LEGACY_TYPE_NAMES, NAMES
 from dmlpatch.runtime.sites import CUDA_FUNCTIONS
 
+#: How a dynamic ``getattr(torch, <device type>)`` is named where it keeps a function as written.
+DEVICE_MODULE = "torch.<device type> (getattr)"
+
 
 class CudaApiSites(Walker):
     def cuda_attribute(self, node: ast.Attribute) -> ast.expr:
@@ -63,6 +66,24 @@ class CudaApiSites(Walker):
                 node.module = self.cuda_api or node.module
         return node
 
+    def device_module_lookup(self, node: ast.Call) -> None:
+        """``getattr(torch, device.type)``: torch's module of a device named at run time, whose
+        functions are then called through a variable nothing answers (transformers'
+        ``caching_allocator_warmup``: ``if device.type in ["cuda", "xpu"]:`` then
+        ``getattr(torch, device.type).mem_get_info``). In a function that also tests its device
+        against CUDA's name, the test would open that door: the function keeps CUDA's meaning
+        (see :meth:`finish`)."""
+        func = node.func
+        if (
+            isinstance(func, ast.Name)
+            and func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id in self.names.torch
+            and not isinstance(node.args[1], ast.Constant)
+        ):
+            self.device_modules.setdefault(self.scope.function_key(), self.scope)
+
     def cuda_function_call(self, node: ast.Call) -> bool:
         """``torch.cuda.is_available()`` and the other routed functions, rerouted in place."""
         function = self._cuda_function(node.func)
@@ -105,6 +126,9 @@ class CudaApiSites(Walker):
 
     def finish(self) -> None:
         super().finish()
+        for key, scope in self.device_modules.items():
+            if key in self.tested_functions:
+                self.unanswered_use(DEVICE_MODULE, scope)
         if self.legacy_types:
             for call in self.type_calls:
                 self._retype(call)

@@ -83,14 +83,15 @@ class DeviceSites(Walker):
         if self._torch_device_function(func):
             self._device_call(node)
         elif isinstance(func, ast.Attribute) and func.attr == "to" and node.args:
-            node.args[0] = self.device_value(node.args[0])
+            first = node.args[0]
+            node.args[0] = self.device_value(first, computed=_holds_device(first))
         elif _is_device_option(node):
             for option in node.keywords:
                 if option.arg == "default":
                     option.value = self.device_value(option.value)
         for named in node.keywords:
             if named.arg is not None and _names_device(named.arg):
-                named.value = self.device_value(named.value)
+                named.value = self.device_value(named.value, computed=_holds_device(named.value))
 
     def _device_call(self, node: ast.Call) -> None:
         """``torch.device(...)``: the type argument names a device; ``('cuda', i)`` keeps ``i``."""
@@ -183,12 +184,12 @@ class DeviceSites(Walker):
 
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         if any(_is_device_target(target) for target in node.targets):
-            node.value = self.device_value(node.value)
+            node.value = self.device_value(node.value, computed=_holds_device(node.value))
         return node
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
         if node.value is not None and _is_device_target(node.target):
-            node.value = self.device_value(node.value)
+            node.value = self.device_value(node.value, computed=_holds_device(node.value))
         return node
 
     def device_value(self, node: ast.expr, computed: bool = False) -> ast.expr:
@@ -275,6 +276,52 @@ def _cuda_prefix(node: ast.expr) -> bool:
         and isinstance(node.value, str)
         and node.value.startswith("cuda:")
     )
+
+
+#: Names a program keeps its settings under: ``args.device`` is the command line's.
+_SETTINGS = frozenset(
+    {"args", "opt", "opts", "options", "cfg", "config", "conf", "hparams", "hp", "flags"}
+)
+
+
+def _holds_device(node: ast.expr) -> bool:
+    """A device read at run time from outside the source, which may say ``cuda`` where the
+    program was written for it: a setting (``args.device``, ``self.cfg.device``,
+    ``config["device"]``), the environment (``os.environ.get("DEVICE", ...)``,
+    ``os.getenv(...)``) or the command line (``sys.argv[1]``). Not any value named for a
+    device: ``x.device`` is a tensor's, and rewriting every ``device=device`` would tax calls
+    that CUDA names never reach."""
+    if isinstance(node, ast.Attribute):
+        return _names_device(node.attr) and _read_from_settings(node.value)
+    if isinstance(node, ast.Subscript):
+        key, owner = node.slice, node.value
+        if isinstance(owner, ast.Attribute) and owner.attr == "argv":
+            return True
+        return (
+            isinstance(key, ast.Constant)
+            and isinstance(key.value, str)
+            and _names_device(key.value.lower())
+        )
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        named = node.args[0] if node.args else None
+        return (
+            name in ("get", "getenv")
+            and isinstance(named, ast.Constant)
+            and isinstance(named.value, str)
+            and _names_device(named.value.lower())
+        )
+    return False
+
+
+def _read_from_settings(node: ast.expr) -> bool:
+    """``args``, ``self.cfg``, ``trainer.config.train``: an object of settings."""
+    while isinstance(node, ast.Attribute):
+        if node.attr in _SETTINGS:
+            return True
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in _SETTINGS
 
 
 def _names_device(name: str) -> bool:

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from dmlpatch.runtime.cuda_api import NAMES
+from dmlpatch.runtime.cuda_only import LIBRARIES as CUDA_ONLY_LIBRARIES
 from dmlpatch.runtime.sites import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
 #: Functions of ``torch`` whose first argument (or ``type=``) is a device.
@@ -47,7 +48,9 @@ class ImportedNames:
         self.amp_modules: set[str] = set()
         self.amp_callees: dict[str, str] = {}
         #: Names bound by ``from torch.cuda import X`` (or ``from torch.cuda.X import ...``)
-        #: for an unanswered X, and that X: where they are used, CUDA's meaning is kept.
+        #: for an unanswered X, and that X; and names bound by imports of libraries that run
+        #: only on CUDA (``import triton``, ``from mamba_ssm import selective_scan_fn``), with
+        #: what they import: where they are used, CUDA's meaning is kept.
         self.unanswered: dict[str, str] = {}
         #: Whether the module imports torch (or a submodule): complex literals are sites then.
         self.imports_torch = False
@@ -58,6 +61,9 @@ class ImportedNames:
         for node in statements(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
+                    if alias.name.split(".")[0] in CUDA_ONLY_LIBRARIES:
+                        bound = alias.asname or alias.name.split(".")[0]
+                        names.unanswered[bound] = alias.name if alias.asname else bound
                     names.imports_torch |= alias.name.split(".")[0] == "torch"
                     if alias.name == "torch" or (
                         alias.name.startswith("torch.") and alias.asname is None
@@ -68,6 +74,12 @@ class ImportedNames:
                     if alias.name in ("torch.amp", "torch.cuda.amp") and alias.asname:
                         names.amp_modules.add(alias.asname)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                if (node.module or "").split(".")[0] in CUDA_ONLY_LIBRARIES:
+                    for alias in node.names:
+                        if alias.name != "*":
+                            names.unanswered[alias.asname or alias.name] = (
+                                f"{node.module}.{alias.name}"
+                            )
                 names.imports_torch |= (node.module or "").split(".")[0] == "torch"
                 for alias in node.names:
                     bound = alias.asname or alias.name

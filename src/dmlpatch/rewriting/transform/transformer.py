@@ -8,10 +8,13 @@ from dmlpatch.rewriting.transform.as_written import KeptAsWritten
 from dmlpatch.rewriting.transform.complex_sites import ComplexSites
 from dmlpatch.rewriting.transform.cuda_api_sites import CudaApiSites
 from dmlpatch.rewriting.transform.device_sites import DeviceSites
+from dmlpatch.rewriting.transform.device_tests import DeviceTestSites
 from dmlpatch.rewriting.transform.training_sites import TrainingSites
 
 
-class Transformer(DeviceSites, CudaApiSites, TrainingSites, ComplexSites, KeptAsWritten):
+class Transformer(
+    DeviceSites, DeviceTestSites, CudaApiSites, TrainingSites, ComplexSites, KeptAsWritten
+):
     def visit_Call(self, node: ast.Call) -> ast.expr:
         if self.inference_mode_name(node.func):
             node.func = self.inference_mode(node.func)
@@ -19,17 +22,23 @@ class Transformer(DeviceSites, CudaApiSites, TrainingSites, ComplexSites, KeptAs
         if self.amp_call(node):
             return node
         self.note_type_call(node)
+        self.device_module_lookup(node)
         if self.load_call(node) or self.cuda_function_call(node):
             return node
         call = self.cuda_method_call(node)
         if call is not None:
             return call
+        if self.prefix_test(node) or self.lookup(node):
+            return node
         self.device_arguments(node)
         return node
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
         if self.is_torch_inference_mode(node):
             return self.inference_mode(node)
+        tested = self.is_cuda_attribute(node)
+        if tested is not None:
+            return tested
         return self.cuda_attribute(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:

@@ -53,6 +53,10 @@ class Scope:
     def depth(self) -> int:
         return sum(1 for _ in self.chain())
 
+    def function_key(self) -> int:
+        """The innermost function around (by identity; 0: the module's own code)."""
+        return next((id(s.node) for s in self.chain() if s.is_function), 0)
+
 
 #: A node on the walk's stack: the node, its parent, the parent's field (and list index) that
 #: holds it, and whether its children are done.
@@ -108,6 +112,10 @@ class Walker:
         #: code) that use an unanswered name, with their scope and those names.
         self.scope = Scope(None, None, "")
         self.tainted: dict[int, tuple[Scope, set[str]]] = {}
+        #: Functions (by ``Scope.function_key``) that test a device against CUDA's name, and
+        #: those that look a device's torch module up at run time (``getattr(torch, x)``).
+        self.tested_functions: set[int] = set()
+        self.device_modules: dict[int, Scope] = {}
         #: Whether the module names a legacy CUDA tensor type, and its ``x.type(T)`` calls.
         self.legacy_types = False
         self.type_calls: list[ast.Call] = []
@@ -117,7 +125,8 @@ class Walker:
         visitors = {
             getattr(ast, name[len("visit_") :]): getattr(self, name)
             for name in dir(self)
-            if name.startswith("visit_")
+            # ast.Match is Python 3.10's: on 3.9 there are no such nodes to visit.
+            if name.startswith("visit_") and hasattr(ast, name[len("visit_") :])
         }
         root = self.scope
         stack: list[tuple[Entry, Scope]] = [((tree, tree, "", None, False), root)]
