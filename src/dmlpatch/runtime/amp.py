@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 from dmlpatch import log
 from dmlpatch.devices import resolution as _resolution
+from dmlpatch.runtime import on_behalf
 
 
 def autocast(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -30,7 +31,7 @@ def autocast(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         enabled = kwargs.get("enabled", args[2] if len(args) > 2 else True)
     target = _directml_target(device_type)
     if target is None:
-        return original(*args, **kwargs)
+        return on_behalf.call(original, args, kwargs, depth=3)  # past sites.py
     if enabled:
         _say(target)
     return _Float32()
@@ -50,7 +51,7 @@ def grad_scaler(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         enabled = kwargs.get("enabled", args[5] if len(args) > 5 else True)
     target = _directml_target(device_type)
     if target is None:
-        return original(*args, **kwargs)
+        return on_behalf.call(original, args, kwargs, depth=3)  # past sites.py
     if enabled:
         _say(target)
     import torch

@@ -23,6 +23,7 @@ from typing import Any
 
 from dmlpatch.devices import resolution as _resolution
 from dmlpatch.runtime import cuda_device as _cuda_device
+from dmlpatch.runtime import on_behalf
 from dmlpatch.runtime.cuda_device import current_device as current_device
 from dmlpatch.runtime.cuda_device import device as device
 from dmlpatch.runtime.cuda_device import device_count as device_count
@@ -158,7 +159,7 @@ def load(original: Any, *args: Any, **kwargs: Any) -> Any:
     (``cpu``) as saved."""
     resolution = _resolution.current()
     if not resolution.patches_needed:
-        return original(*args, **kwargs)
+        return on_behalf.call(original, args, kwargs)
     from torch.serialization import default_restore_location
 
     def restore(storage: Any, location: str) -> Any:
@@ -166,7 +167,7 @@ def load(original: Any, *args: Any, **kwargs: Any) -> Any:
             return None  # torch's own restore
         return default_restore_location(storage, device(location))
 
-    return original(*args, map_location=restore, **kwargs)
+    return on_behalf.call(original, args, {**kwargs, "map_location": restore})
 
 
 _OPERATORS = {

@@ -1,0 +1,39 @@
+"""Warnings torch raises about a call dmlpatch made for the program name the program's line.
+
+Under ``--device cpu`` every rewritten call is the original one, so the program's stderr must
+be plain python's, warnings included: ``torch.cuda.amp.GradScaler()``'s deprecation and, on
+torch 2.4.1, ``torch.load``'s ``weights_only`` notice named ``dmlpatch/runtime/...`` instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support import run_python
+
+PROGRAM = """
+import io
+import torch
+
+buffer = io.BytesIO()
+torch.save({"w": torch.ones(2)}, buffer)
+buffer.seek(0)
+state = torch.load(buffer)
+scaler = torch.cuda.amp.GradScaler()
+with torch.cuda.amp.autocast():
+    y = torch.ones(2) * 2
+print(sorted(state), float(y.sum()))
+"""
+
+
+def test_warnings_of_rewritten_calls_are_plain_python_s(tmp_path: Path) -> None:
+    (tmp_path / "program.py").write_text(PROGRAM)
+    plain = run_python(["-W", "always", "program.py"], cwd=tmp_path)
+    patched = run_python(
+        ["-W", "always", "-m", "dmlpatch", "--device", "cpu", "program.py"], cwd=tmp_path
+    )
+    assert plain.code == patched.code == 0, patched.err
+    assert patched.out == plain.out
+    assert "program.py:9: FutureWarning" in plain.err  # the GradScaler's deprecation
+    assert patched.program_err().splitlines() == plain.err.splitlines()
+    assert "dmlpatch" not in patched.program_err()
