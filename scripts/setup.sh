@@ -29,6 +29,9 @@ DMLPATCH_TORCH="torch==2.14.1 torchvision==0.29.1" bash scripts/setup-demo.sh
 # torchaudio) and auraloss (the STFT losses vocoders train with).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   demucs==4.1.0 auraloss==0.4.0
+# PyTorch Lightning and Fabric (tests/e2e/libraries/test_lightning.py), torch kept too.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  pytorch-lightning==2.6.6
 # Objects with their own .cuda()/.to() (tests/e2e/libraries/test_own_to.py), torch kept too.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   spandrel==0.4.2 torchmetrics==1.9.0

@@ -376,7 +376,12 @@ FRAGMENTS = [
     same("torch.device('cuda:x')", ("device", "cuda:x")),
     same("Movable().to('cudax')", ("to", "cudax")),
     # Tests of a device against CUDA's name answer for the adapter as on CUDA.
-    site("Movable().device.type == 'cuda'  #S", True, True),
+    site(
+        "Movable().device.type == 'cuda'  #S",
+        True,
+        True,
+        setup="torch.cuda.empty_cache()  #S",  # a test alone is no site: the module chose CUDA
+    ),
     site("args_device == 'cuda'  #S", True, True, setup="args_device = 'cuda'  #S"),
     site("DEVICE.startswith('cuda:1')  #S", True, True, setup="DEVICE = 'cuda:1'  #S"),
     site("'cuda' in str(gpu_device)  #S", True, True, setup="gpu_device = 'cuda'  #S"),

@@ -32,7 +32,11 @@ SUPPORT = {
     "wadler-lindig": "jaxtyping imports it",
 }
 #: The module a library's tests import, where it differs from its name.
-MODULES = {"openai-whisper": "whisper", "sentence-transformers": "sentence_transformers"}
+MODULES = {
+    "openai-whisper": "whisper",
+    "sentence-transformers": "sentence_transformers",
+    "pytorch-lightning": "pytorch_lightning",
+}
 
 
 def _pins() -> dict[str, set[str]]:

@@ -959,3 +959,25 @@ def test_a_kept_test_that_finds_the_adapter_says_so_once(
         "dmlpatch: warning: models.attention.attend tests its device as under plain python "
         "(not CUDA): it uses flash_attn.flash_attn_func, which dmlpatch cannot answer off CUDA"
     ]
+
+
+def test_a_test_that_opens_cuda_s_memory_layout_stays_as_written() -> None:
+    # ultralytics' trainer: "channels_last (NHWC) is CUDA-only ... numerically wrong on MPS"
+    source = """
+        import torch
+        DEVICE = torch.device("cuda")
+        def setup(model, channels_last):
+            if channels_last and DEVICE.type == "cuda":
+                model = model.to(memory_format=torch.channels_last)
+            elif DEVICE.type == "cuda":
+                model.cuda_ready = True
+            return model
+        """
+    result = rewrite(textwrap.dedent(source))
+    assert [(site.kind, site.text) for site in result.sites] == [
+        ("device_literal", '"cuda"'),
+        ("cuda_test", 'DEVICE.type == "cuda"'),
+    ]
+    code = ast.unparse(result.tree)
+    assert "if channels_last and DEVICE.type == 'cuda':" in code
+    assert "elif __dmlpatch__.as_cuda(DEVICE.type) == 'cuda':" in code

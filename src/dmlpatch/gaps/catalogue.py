@@ -552,6 +552,21 @@ FAILURES: tuple[Failure, ...] = (
         "the moved tensor into the old object, as param.data = moved does on CUDA",
     ),
     Failure(
+        "shared-memory",
+        "a model or tensor on the device handed to torch.multiprocessing workers "
+        "(model.share_memory() and Hogwild-style training; the spawn start method, Windows' "
+        "only one)",
+        "RuntimeError: _share_fd_: only available on CPU",
+        "PyTorch's own check for PrivateUse1 devices (CUDA shares through its IPC handles)",
+        (),
+        "pytorch",
+        "PyTorch raises it for the simulated device as for DirectML",
+        "cannot",
+        "DirectML has no inter-process memory, so workers cannot share weights on the device: "
+        "dmlpatch.opfix.sharing stops with one line saying so; move the model to the device "
+        "in each worker, or train in one process",
+    ),
+    Failure(
         "autocast",
         "torch.autocast('cuda'), torch.cuda.amp.autocast, GradScaler",
         "",

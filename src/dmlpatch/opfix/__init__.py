@@ -47,9 +47,11 @@ half_on_host  float16 through the CPU fallback of operators whose CPU kernel has
 cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
 ============= ==================================================================================
 
-One fix is PyTorch's gap rather than DirectML's, and is installed for every profile:
+Two are PyTorch's gaps rather than DirectML's, and are installed for every profile:
 :mod:`dmlpatch.opfix.module_moves` keeps parameters the same objects when a module moves to or
-from the device (PyTorch replaces them for any ``PrivateUse1`` backend).
+from the device (PyTorch replaces them for any ``PrivateUse1`` backend), and
+:mod:`dmlpatch.opfix.sharing` stops a device tensor handed to another process with one line
+(there is no inter-process memory to share it through).
 
 A fix is installed only where the backend has the gap it fixes: on the simulated device per
 profile (:mod:`dmlpatch.gaps.profiles`), on real DirectML per torch-directml release
@@ -185,7 +187,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
     import torch
 
     from dmlpatch.gaps import profiles
-    from dmlpatch.opfix import _accounting, cpu_ops, module_moves
+    from dmlpatch.opfix import _accounting, cpu_ops, module_moves, sharing
 
     with _lock:
         if _installed is not None:
@@ -198,8 +200,9 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         else:
             raise ValueError(f"op fixes are for the sim and directml backends, not {backend!r}")
         forced_ops = cpu_ops.resolve(os.environ.get(DMLPATCH_CPU_OPS, ""))
-        # PyTorch's, not DirectML's: every PrivateUse1 device has it, whatever the profile.
+        # PyTorch's, not DirectML's: every PrivateUse1 device has them, whatever the profile.
         module_moves.install()
+        sharing.install()
         forced_names = {op.name() for op in forced_ops}
         library = torch.library.Library("aten", "IMPL")
         fixes: list[str] = []
@@ -370,10 +373,11 @@ def installed() -> Optional[Installed]:
 def uninstall() -> None:
     """Remove every registered kernel: DirectML's own kernels serve the operators again."""
     global _library, _installed
-    from dmlpatch.opfix import allocation, module_moves, sentinels, triggers
+    from dmlpatch.opfix import allocation, module_moves, sentinels, sharing, triggers
 
     with _lock:
         module_moves.uninstall()
+        sharing.uninstall()
         if _library is not None:
             _library._destroy()
         for library in _triggered:

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 #: function "first do no harm", the RNG family, nvtx, CUDA graphs, and CUDA literals listed
 #: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both
 #: sides are numbers; 10: rewritten code imports ``dmlpatch.runtime``, the runtime's package;
-#: 11: ``x.pin_memory()``; 12: tests of the device against CUDA's name, devices read from
+#: 11: ``x.pin_memory()``; 13: tests of the device against CUDA's name, devices read from
 #: settings, the environment or the command line, and CUDA-only libraries keep CUDA's meaning).
-GENERATION = 12
+GENERATION = 13
 
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
 SITE_WORDS = (

@@ -59,6 +59,12 @@ def grad_scaler(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return torch.amp.GradScaler("cuda", enabled=False)
 
 
+def off_on_directml(device_type: Any) -> bool:
+    """Whether autocast for ``device_type`` is off here because it would target DirectML (the
+    run is float32): for libraries that prepare their inputs for autocast themselves."""
+    return _directml_target(device_type) is not None
+
+
 class _Float32:
     """What autocast is where there is no AMP: a context (or decorator) that changes nothing."""
 

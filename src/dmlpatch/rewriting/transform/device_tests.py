@@ -21,9 +21,11 @@ import sys
 from typing import Optional, Union
 
 from dmlpatch.rewriting.transform.nodes import is_runtime_call, runtime_call
-from dmlpatch.rewriting.transform.walker import Walker
+from dmlpatch.rewriting.transform.walker import Site, Walker
 
 _EQUALITY = (ast.Eq, ast.NotEq)
+#: Memory layouts that are CUDA's (Tensor Cores'), not DirectML's.
+_CUDA_LAYOUTS = frozenset({"channels_last", "channels_last_3d"})
 _MEMBERSHIP = (ast.In, ast.NotIn)
 _DISPLAYS = (ast.Tuple, ast.List, ast.Set)
 
@@ -115,6 +117,26 @@ class DeviceTestSites(Walker):
                     self.site(node.subject, "cuda_test")
                     node.subject = wrapped
             return node
+
+    def cuda_layout_branch(self, node: ast.If) -> None:
+        """``if device.type == "cuda": model.to(memory_format=torch.channels_last)``: NHWC is
+        CUDA's Tensor-Core layout (ultralytics: "numerically wrong on MPS"), not DirectML's, so
+        a test whose branches change to it stays as written (its sites are taken back)."""
+        if not any(
+            isinstance(inner, ast.Attribute) and inner.attr in _CUDA_LAYOUTS
+            for branch in (*node.body, *node.orelse)
+            for inner in ast.walk(branch)
+        ):
+            return
+        taken = {id(n) for n in ast.walk(node.test) if _is_test_call(n)}
+        if not taken:
+            return
+        node.test = _untested(node.test)
+        self.sites = [
+            site
+            for site in self.sites
+            if not (site.kind == "cuda_test" and _within(site, node.test))
+        ]
 
     def is_cuda_attribute(self, node: ast.Attribute) -> Optional[ast.expr]:
         """``x.is_cuda`` → ``__dmlpatch__.is_cuda(x)``; None for any other attribute."""
@@ -222,3 +244,36 @@ if sys.version_info >= (3, 10):
         if isinstance(pattern, ast.MatchOr):
             return all(_captures_nothing(p) for p in pattern.patterns)
         return isinstance(pattern, ast.MatchAs) and pattern.pattern is None and pattern.name is None
+
+
+def _is_test_call(node: ast.AST) -> bool:
+    """``__dmlpatch__.as_cuda(x)`` or ``__dmlpatch__.is_cuda(x)``."""
+    return (
+        isinstance(node, ast.Call)
+        and is_runtime_call(node)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("as_cuda", "is_cuda")
+    )
+
+
+class _Untest(ast.NodeTransformer):
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        if not _is_test_call(node):
+            return node
+        assert isinstance(node.func, ast.Attribute)
+        value = node.args[0]
+        if node.func.attr == "is_cuda":
+            return ast.copy_location(ast.Attribute(value, "is_cuda", ast.Load()), node)
+        return value
+
+
+def _untested(test: ast.expr) -> ast.expr:
+    """``test`` with its device tests as the program wrote them."""
+    result: ast.expr = _Untest().visit(test)
+    return result
+
+
+def _within(site: Site, test: ast.expr) -> bool:
+    first, last = test.lineno, test.end_lineno or test.lineno
+    return first <= site.line <= last

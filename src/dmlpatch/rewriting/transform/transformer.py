@@ -41,6 +41,10 @@ class Transformer(
             return tested
         return self.cuda_attribute(node)
 
+    def visit_If(self, node: ast.If) -> ast.AST:
+        self.cuda_layout_branch(node)
+        return DeviceSites.visit_If(self, node)
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         self.defaults(node.args)
         self.decorators(node.decorator_list)
