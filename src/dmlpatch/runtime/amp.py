@@ -59,6 +59,11 @@ def grad_scaler(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return torch.amp.GradScaler("cuda", enabled=False)
 
 
+def say_off() -> None:
+    """The line a program's autocast gets where DirectML makes it float32 (said once)."""
+    _say(_resolution.current())
+
+
 def off_on_directml(device_type: Any) -> bool:
     """Whether autocast for ``device_type`` is off here because it would target DirectML (the
     run is float32): for libraries that prepare their inputs for autocast themselves."""
