@@ -880,6 +880,8 @@ def test_device_test_values_do_not_leave_the_test(on_device) -> None:
     assert device_tests.as_cuda("privateuseone:7") == "privateuseone:7"  # no ordinal maps there
     assert device_tests.as_cuda(["cpu", "privateuseone"]) == ["cpu", "cuda"]
     assert device_tests.as_cuda(torch.float16) is torch.float16
+    on_cpu = torch.zeros(1)
+    assert [device_tests.is_cuda(on_cpu) for _ in range(2)] == [False, False]  # answers cached
     import pickle
 
     # A checkpoint's configuration loads without dmlpatch.

@@ -101,7 +101,8 @@ def is_cuda(obj: Any) -> bool:
     if _target_type() is None:
         return False
     device = getattr(obj, "device", None)
-    return device is not None and as_cuda(device) is not device
+    # On the adapter CUDA stands for, a device is seen as another one: cuda:k.
+    return device is not None and as_cuda(device) != device
 
 
 def _named(text: str, kind: str) -> str:
