@@ -95,18 +95,25 @@ def inference_mode(mode: Any = True) -> Any:
 
 
 def autocast(original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``torch.autocast(...)`` and its aliases, unchanged."""
-    return original(*args, **kwargs)
+    """``torch.autocast(...)`` and its aliases, unchanged (torch's warnings name the program's
+    line)."""
+    from dmlpatch.runtime import on_behalf
+
+    return on_behalf.call(original, args, kwargs)
 
 
 def load(original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``torch.load(f)``, unchanged."""
-    return original(*args, **kwargs)
+    """``torch.load(f)``, unchanged (torch's warnings name the program's line)."""
+    from dmlpatch.runtime import on_behalf
+
+    return on_behalf.call(original, args, kwargs)
 
 
 def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
-    """``GradScaler(...)``, unchanged."""
-    return original(*args, **kwargs)
+    """``GradScaler(...)``, unchanged (torch's warnings name the program's line)."""
+    from dmlpatch.runtime import on_behalf
+
+    return on_behalf.call(original, args, kwargs)
 
 
 class _TorchCuda:
