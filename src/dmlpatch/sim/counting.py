@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import traceback
+import types
 import warnings
 from typing import Any, Optional
 
@@ -66,19 +67,61 @@ def _notify(anchor: torch.Tensor, name: str, warn: bool, trace: str) -> None:
         level, frame = 1, sys._getframe(0).f_back
         # Code given to python -c, exec() or stdin is the program's, though frames.internal
         # counts every made-up file name as nobody's line.
-        while (
-            frame is not None
-            and frame.f_code.co_filename not in _PROGRAM_TEXT
-            and (frames.internal(frame.f_code.co_filename))
-        ):
+        while frame is not None and not _programs(frame, frames):
             level, frame = level + 1, frame.f_back
-        warnings.warn(fallback_warning(name), UserWarning, stacklevel=level + 1 if frame else 1)
+        if frame is not None:
+            warnings.warn(fallback_warning(name), UserWarning, stacklevel=level + 1)
+        else:
+            _warn_at_backward(fallback_warning(name), frames)
     if trace:
         stack = traceback.extract_stack()
         while stack and _internal(stack[-1].filename):
             stack.pop()
         with _first_calls_lock:
             _first_calls.setdefault(name, "".join(traceback.format_list(stack)))
+
+
+def _programs(frame: Any, frames: Any) -> bool:
+    """A frame of the program (or of its library): neither torch's nor dmlpatch's."""
+    filename = frame.f_code.co_filename
+    return filename in _PROGRAM_TEXT or not frames.internal(filename)
+
+
+#: Where a backward pass is driven from: torch's engine call (2.3+) and its callers.
+_ENGINE_CALLS = frozenset({"_engine_run_backward", "backward", "grad"})
+
+
+def _warn_at_backward(message: str, frames: Any) -> None:
+    """A backward operator's warning, from autograd's device thread (no Python caller of its
+    own): at the program's line that called ``backward()``, found on the thread waiting for
+    the engine; where no thread is (or several are), where the warning was raised."""
+    me = threading.get_ident()
+    callers = []
+    for ident, innermost in sys._current_frames().items():
+        in_engine = False
+        frame: Optional[types.FrameType] = innermost
+        while frame is not None and ident != me:
+            code = frame.f_code
+            if code.co_name in _ENGINE_CALLS and frames.internal(code.co_filename):
+                in_engine = True
+            elif in_engine and _programs(frame, frames):
+                callers.append(frame)
+                break
+            frame = frame.f_back
+    if len(callers) != 1:
+        warnings.warn(message, UserWarning, stacklevel=1)
+        return
+    caller = callers[0]
+    registry = caller.f_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(
+        message,
+        UserWarning,
+        caller.f_code.co_filename,
+        caller.f_lineno,
+        caller.f_globals.get("__name__", "?"),
+        registry,
+        caller.f_globals,
+    )
 
 
 def install_hook() -> None:
