@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support import run_python
+from support import clean_env, run_python
 
 TRAINER = """
 import json, os, sys
@@ -174,3 +174,75 @@ def test_fabric_trains_on_the_device_as_on_the_cpu(
     assert found["device"] == "privateuseone:0"
     assert found["parameters"] == ["privateuseone:0"]
     assert found["losses"] == pytest.approx(on_cpu["losses"], rel=1e-5, abs=1e-6)
+
+
+DDP = """
+import json, sys
+import torch
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Regressor(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 1)
+        self.losses = []
+
+    def training_step(self, batch, index):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))
+    model = Regressor()
+    trainer = pl.Trainer(
+        accelerator=sys.argv[1], devices=2, strategy="ddp", max_epochs=2, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(model, DataLoader(data, batch_size=8))
+    print(json.dumps({
+        "rank": trainer.global_rank,
+        "losses": model.losses,
+        "root_device": str(trainer.strategy.root_device),
+        "weight": model.net.weight.detach().cpu().flatten().tolist(),
+    }))
+"""
+
+
+def _ranks(output: str) -> dict[int, dict[str, object]]:
+    """Each rank's report; two processes print to one stdout, so lines may run together."""
+    decoder = json.JSONDecoder()
+    found: dict[int, dict[str, object]] = {}
+    start = output.find('{"rank"')
+    while start >= 0:
+        entry, end = decoder.raw_decode(output, start)
+        found[int(entry["rank"])] = entry
+        start = output.find('{"rank"', end)
+    return found
+
+
+def test_ddp_over_two_adapters_trains_as_ddp_over_two_cpu_processes(tmp_path: Path) -> None:
+    (tmp_path / "ddp.py").write_text(DDP)
+    on_cpu = run_python(["ddp.py", "cpu"], cwd=tmp_path, timeout=600)
+    assert on_cpu.code == 0, on_cpu.err[-3000:]
+    patched = run_python(
+        ["-m", "dmlpatch", "--device", "sim:0,1", "ddp.py", "gpu"],
+        cwd=tmp_path,
+        env=clean_env(DMLPATCH_SIM_DEVICES="2"),
+        timeout=600,
+    )
+    assert patched.code == 0, patched.err[-3000:]
+    expected, found = _ranks(on_cpu.out), _ranks(patched.out)
+    assert sorted(found) == sorted(expected) == [0, 1]
+    for rank in (0, 1):
+        assert found[rank]["root_device"] == f"privateuseone:{rank}"
+        assert found[rank]["losses"] == pytest.approx(expected[rank]["losses"], rel=1e-5)
+        assert found[rank]["weight"] == pytest.approx(expected[0]["weight"], rel=1e-5)

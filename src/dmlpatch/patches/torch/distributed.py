@@ -72,6 +72,12 @@ def init_process_group(
     bound.arguments["backend"] = _directml_backend(
         bound.arguments.get("backend"), bound.arguments.get("rank")
     )
+    device_id = bound.arguments.get("device_id")
+    if getattr(device_id, "type", None) == "privateuseone":
+        # Binding the group to one device is NCCL's eager start (Lightning passes its root
+        # device): gloo has no DirectML device to bind ("No backend type associated with device
+        # type privateuseone"), and DirectML tensors reach it through the host anyway.
+        bound.arguments["device_id"] = None
     return wrapped(*bound.args, **bound.kwargs)
 
 
