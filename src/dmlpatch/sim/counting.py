@@ -113,6 +113,8 @@ def _warn_at_backward(message: str, frames: Any) -> None:
         return
     caller = callers[0]
     registry = caller.f_globals.setdefault("__warningregistry__", {})
+    # Without the caller's module globals: their loader may not give sources (python -c's
+    # __main__ is "not a built-in module"), and the line is read from the file anyway.
     warnings.warn_explicit(
         message,
         UserWarning,
@@ -120,7 +122,6 @@ def _warn_at_backward(message: str, frames: Any) -> None:
         caller.f_lineno,
         caller.f_globals.get("__name__", "?"),
         registry,
-        caller.f_globals,
     )
 
 
