@@ -186,6 +186,11 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/libraries/test_module_moves.py::test_a_gpt2_moved_after_its_optimizer_trains_tied_as_on_the_cpu",
         "tests/e2e/libraries/test_module_moves.py::test_an_accelerate_loop_trains_as_on_the_cpu",
     ],
+    "torch-compile": [
+        "tests/e2e/libraries/test_compile.py::test_without_dmlpatch_inductor_refuses_the_device",
+        "tests/e2e/libraries/test_compile.py::test_compiled_models_train_on_the_device_as_on_the_cpu",
+        "tests/e2e/libraries/test_compile.py::test_a_trainer_that_compiles_on_its_own_trains_as_on_the_cpu",
+    ],
     "shared-memory": [
         "tests/e2e/opfix/test_opfix_sharing.py::test_without_dmlpatch_pytorch_refuses_with_its_own_text",
         "tests/e2e/opfix/test_opfix_sharing.py::test_a_hogwild_program_says_why_it_stops",

@@ -552,6 +552,24 @@ FAILURES: tuple[Failure, ...] = (
         "the moved tensor into the old object, as param.data = moved does on CUDA",
     ),
     Failure(
+        "torch-compile",
+        "torch.compile(model), model.compile(), @torch.compile and libraries that compile "
+        "(transformers' Trainer with torch_compile=True) on a model on the device",
+        "torch._inductor.exc.InductorError: LoweringException: AssertionError: no scheduling "
+        "registered for device privateuseone",
+        "PyTorch's Inductor has code generators for CUDA (Triton), the CPU (C++) and a few "
+        "registered backends; torch-directml registers none (KeyError: 'privateuseone' on "
+        "newer torch)",
+        (),
+        "pytorch",
+        "Inductor refuses the simulated device's graphs as DirectML's",
+        "spec",
+        "torch spec: graphs on the device run through AOTAutograd as torch's aot_eager backend "
+        "runs them (eager's results, no fused kernels), operators DirectML lacks decomposed "
+        "by torch's own decompositions; mode='reduce-overhead' runs without CUDA graphs, said "
+        "once",
+    ),
+    Failure(
         "shared-memory",
         "a model or tensor on the device handed to torch.multiprocessing workers "
         "(model.share_memory() and Hogwild-style training; the spawn start method, Windows' "

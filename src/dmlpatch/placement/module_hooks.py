@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from torch import nn
 from torch._C import _is_tracing
+from torch.compiler import is_compiling
 from torch.nn.modules import module as _module
 from torch.utils.hooks import RemovableHandle
 
@@ -37,6 +38,11 @@ def install() -> ledger.Ledger:
 
     def after_forward(module: nn.Module, inputs: Any, output: Any) -> None:
         # Every module call of the process comes here: a dict read, then out for most.
+        if is_compiling():
+            # Dynamo inlines global hooks into the graph it traces: the hook must add nothing
+            # to it (a lock, a dict it would guard on) or the graph breaks; compiled graphs
+            # count themselves (dmlpatch.patches.torch.compiler).
+            return
         family = known.get(type(module), _UNSEEN)
         if family is _UNSEEN:
             family = family_of(type(module))
@@ -52,6 +58,8 @@ def install() -> ledger.Ledger:
             return  # accounting never breaks the program's forward (try is cheaper than suppress)
 
     _handle = _module.register_module_forward_hook(after_forward)
+    if _ANY_GLOBAL_HOOK is not None:
+        _module._has_any_global_hook = _has_any_global_hook_but_ours
     return book
 
 
@@ -60,7 +68,29 @@ def uninstall() -> None:
     if _handle is not None:
         _handle.remove()
         _handle = None
+    if _ANY_GLOBAL_HOOK is not None:
+        _module._has_any_global_hook = _ANY_GLOBAL_HOOK
     _callers.clear()
+
+
+# torch >= 2.5 asks this before each call of a module compiled with torch.compile(module), and
+# warns that global hooks fire once more for the compiled wrapper. Ours counts nothing there (a
+# wrapper is no layer), so it is not one of the hooks that warning is about; nothing else in
+# torch asks, and module calls read the hook dicts directly, so this costs ordinary calls nothing.
+_ANY_GLOBAL_HOOK = getattr(_module, "_has_any_global_hook", None)
+
+
+def _has_any_global_hook_but_ours() -> bool:
+    forward = _module._global_forward_hooks
+    ours = 1 if _handle is not None and _handle.id in forward else 0
+    return bool(
+        len(forward) > ours
+        or _module._global_forward_pre_hooks
+        or _module._global_backward_hooks
+        or _module._global_backward_pre_hooks
+        or getattr(_module, "_global_forward_hooks_always_called", None)
+        or getattr(_module, "_global_forward_hooks_with_kwargs", None)
+    )
 
 
 def _count(

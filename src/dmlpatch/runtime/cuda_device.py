@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from dmlpatch.devices import announce as _announce
 from dmlpatch.devices import resolution as _resolution
@@ -134,10 +134,16 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
         return "cpu"
     target = f"{resolution.type}:{target_index(ordinal)}"
     _announce.device_used()
-    if isinstance(spec, str):
-        # Tested against "cuda" later, it answers as the program wrote it.
+    if isinstance(spec, str) and (tracing is None or not tracing()):
+        # Tested against "cuda" later, it answers as the program wrote it. Not in a graph
+        # Dynamo traces: it keeps the answer as a constant, and a str subclass is none to it.
         return _device_tests.CudaSpelled(target, spec)
     return target
+
+
+#: Whether Dynamo is tracing the caller (set by :mod:`dmlpatch.runtime.compiling` once the
+#: program imports torch._dynamo; until then nothing can be tracing).
+tracing: Optional[Callable[[], bool]] = None
 
 
 #: Values :func:`device` found not to name a CUDA device (reading a torch.device's type costs

@@ -100,7 +100,10 @@ def is_cuda(obj: Any) -> bool:
         return True
     if _target_type() is None:
         return False
-    device = getattr(obj, "device", None)
+    import torch
+
+    # A tensor's device is read directly: torch 2.4's Dynamo cannot trace hasattr on one.
+    device = obj.device if isinstance(obj, torch.Tensor) else getattr(obj, "device", None)
     # On the adapter CUDA stands for, a device is seen as another one: cuda:k.
     return device is not None and as_cuda(device) != device
 

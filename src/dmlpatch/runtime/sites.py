@@ -85,22 +85,31 @@ def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
     its first argument, as each documents it, and of the program's other arguments only those
     its ``to`` accepts: it moves as its own ``cuda()`` would have moved it to a GPU.
     """
-    mover = getattr(obj, "to", None)
-    if mover is None or not _resolution.current().patches_needed:
+    if not patches_needed():
         return obj.cuda(*args, **kwargs)
     import torch
 
+    # Tensors are asked nothing first: torch 2.4's Dynamo cannot trace hasattr on one.
+    moves_itself = isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage))
+    if not moves_itself and getattr(obj, "to", None) is None:
+        return obj.cuda(*args, **kwargs)
     options = dict(kwargs)
     spec = args[0] if args else options.pop("device", None)
     if len(args) > 1:
         options["non_blocking"] = args[1]
     # A torch.device, not its string: torch 2.4's UntypedStorage.to reads `device.type`.
-    target = torch.device(globals()["device"](spec if spec is not None else "cuda"))
+    target = torch.device(device(spec if spec is not None else "cuda"))
+    if moves_itself:
+        return obj.to(device=target, **options)
     if isinstance(obj, torch.nn.Module):
-        return mover(device=target)
-    if isinstance(obj, (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)):
-        return mover(device=target, **options)
-    return mover(target, **_accepted(mover, options))
+        return obj.to(device=target)
+    return obj.to(target, **_accepted(obj.to, options))
+
+
+def patches_needed() -> bool:
+    """Whether the process runs off CUDA (a function of its own: Dynamo takes it as a constant,
+    see :mod:`dmlpatch.runtime.compiling`)."""
+    return _resolution.current().patches_needed
 
 
 def pin_memory(obj: Any, *args: Any, **kwargs: Any) -> Any:

@@ -76,6 +76,7 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
     leaves = list(map(discovery.Leave._make, chosen["leaves"]))
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
     hook.when_imported("torch", _start_placement)
+    hook.when_imported("torch._dynamo", _compiling_rewritten_code)
     composition.watch_installers(hook.when_imported, hook.to_front)
     hook.when_imported("torch", hook.look_for_taken_at_exit)
     return True
@@ -94,6 +95,13 @@ def uninstall() -> None:
 def is_patched() -> bool:
     """Whether this process is patched: the import hook is what every patch hangs on."""
     return hook.is_installed()
+
+
+def _compiling_rewritten_code(dynamo: ModuleType) -> None:
+    """torch.compile may trace rewritten code: its runtime calls become constants there."""
+    from dmlpatch.runtime import compiling
+
+    compiling.mark_constant_answers(dynamo)
 
 
 def _start_placement(torch: ModuleType) -> None:

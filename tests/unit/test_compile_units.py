@@ -1,0 +1,77 @@
+"""The parts of dmlpatch's torch.compile support that need no device: which graphs are sent
+past Inductor, the FLOPs a compiled graph counts, and the global-hook question torch asks
+before each call of a compiled module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from dmlpatch.patches.torch import compiler
+from dmlpatch.placement import graph_flops, ledger, module_hooks
+
+
+def test_graphs_off_directml_go_to_inductor_untouched() -> None:
+    graph = torch.fx.symbolic_trace(nn.Linear(4, 2))
+    inputs = [torch.randn(3, 4)]
+    calls: list[tuple[Any, ...]] = []
+
+    def inductor(*args: Any, **kwargs: Any) -> str:
+        calls.append((args, kwargs))
+        return "inductor's"
+
+    options = {"config_patches": {"triton.cudagraphs": True}}
+    assert compiler.compile_fx(inductor, None, (graph, inputs), options) == "inductor's"
+    assert calls == [((graph, inputs), options)]
+
+
+def test_reduce_overhead_is_recognised_in_both_spellings() -> None:
+    assert compiler._asks_for_cuda_graphs({"triton.cudagraphs": True})
+    assert compiler._asks_for_cuda_graphs({"triton": {"cudagraphs": True}})
+    assert not compiler._asks_for_cuda_graphs({"max_autotune": True})
+    assert not compiler._asks_for_cuda_graphs(None)
+
+
+def test_traced_forms_name_the_operator_they_stand_for() -> None:
+    assert compiler._traced_form_of("_native_batch_norm_legit_functional") == (
+        "_native_batch_norm_legit"
+    )
+    assert compiler._traced_form_of("_native_batch_norm_legit_no_training") == (
+        "_native_batch_norm_legit"
+    )
+    assert compiler._traced_form_of("addmm") == ""
+
+
+def test_a_graph_counts_the_flops_of_its_matrix_products_and_convolutions() -> None:
+    layers = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    graph = make_fx(layers)(torch.randn(2, 3, 8, 8))
+    convolution = 2 * 2 * 4 * 6 * 6 * 3 * 9
+    linear = 2 * 2 * (4 * 6 * 6) * 5
+    assert graph_flops.estimate(graph) == convolution + linear
+
+
+def test_a_graph_without_heavy_operators_counts_nothing() -> None:
+    graph = make_fx(lambda x: (x + 1).relu())(torch.randn(3))
+    assert graph_flops.estimate(graph) == 0
+
+
+def test_only_other_global_hooks_make_compiled_modules_warn() -> None:
+    module_hooks.install()
+    try:
+        assert module_hooks._has_any_global_hook_but_ours() is False
+        handle = nn.modules.module.register_module_forward_pre_hook(lambda *args: None)
+        try:
+            assert module_hooks._has_any_global_hook_but_ours() is True
+        finally:
+            handle.remove()
+        if module_hooks._ANY_GLOBAL_HOOK is not None:  # torch >= 2.5 asks this question
+            asked = nn.modules.module._has_any_global_hook
+            assert asked is module_hooks._has_any_global_hook_but_ours
+    finally:
+        module_hooks.uninstall()
+        ledger.stop()
+    if module_hooks._ANY_GLOBAL_HOOK is not None:
+        assert nn.modules.module._has_any_global_hook is module_hooks._ANY_GLOBAL_HOOK
