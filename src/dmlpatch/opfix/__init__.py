@@ -108,6 +108,7 @@ FAMILIES = (
     "elementwise",
     "weight_norm",
     "half_on_host",
+    "vision",
 )
 
 
@@ -125,6 +126,8 @@ _library: Optional[torch.library.Library] = None
 _installed: Optional[Installed] = None
 #: Libraries of the fixes installed when their trigger fired.
 _triggered: list[torch.library.Library] = []
+#: Libraries of the fixes for other operator libraries than aten (``torchvision``).
+_namespaced: dict[str, torch.library.Library] = {}
 
 
 class Gaps(NamedTuple):
@@ -217,6 +220,8 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
                 # A user's DMLPATCH_CPU_OPS entry wins over our fix; of two fixes for one
                 # operator, the earlier family's (half_on_host comes last).
                 taken = kernel.qualified in forced_names or kernel.qualified in fixes
+                if not _installed_library(kernel.namespace):
+                    continue
                 if needed(kernel, missing) and not taken:
                     if kernel.trigger:
                         waiting.setdefault(kernel.trigger, []).append(kernel)
@@ -231,12 +236,33 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
 
 
 def _register(library: torch.library.Library, chosen: list[Kernel]) -> None:
+    import torch
+
     for kernel in chosen:
+        into = library
+        if kernel.namespace != "aten":
+            into = _namespaced.get(kernel.namespace) or _namespaced.setdefault(
+                kernel.namespace, torch.library.Library(kernel.namespace, "IMPL")
+            )
         with warnings.catch_warnings():
             # torch 2.4 warns when a Python kernel replaces the simulator's registration for
             # the same key: replacing it is the point.
             warnings.filterwarnings("ignore", "Warning only once for all operators")
-            library.impl(kernel.name, kernel.function, kernel.key)
+            into.impl(kernel.name, kernel.function, kernel.key)
+
+
+def _installed_library(namespace: str) -> bool:
+    """Whether the operator library ``namespace`` can exist in this process: aten always, a
+    package's own where the package is installed (it need not be imported yet: the dispatcher
+    keeps an implementation registered ahead of its operator's schema)."""
+    if namespace == "aten":
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(namespace) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _wait_for_triggers(waiting: dict[str, list[Kernel]]) -> None:
@@ -380,9 +406,10 @@ def uninstall() -> None:
         sharing.uninstall()
         if _library is not None:
             _library._destroy()
-        for library in _triggered:
+        for library in (*_triggered, *_namespaced.values()):
             library._destroy()
         _triggered.clear()
+        _namespaced.clear()
         triggers.reset()
         sentinels.uninstall()
         _library = None

@@ -34,16 +34,19 @@ class Kernel(NamedTuple):
     #: A dtype (``bool``, ``uint8``): the fix waits until a tensor of it is first on the
     #: device (:mod:`dmlpatch.opfix.triggers`); until then the operator is DirectML's own.
     trigger: str = ""
+    #: The operator library: ``aten``, or a library's own (``torchvision``), whose kernels are
+    #: registered only where that library is installed.
+    namespace: str = "aten"
 
     @property
     def op(self) -> str:
         """The operator without overload, as refusal rules name it: ``aten::scatter``."""
-        return "aten::" + self.name.split(".", 1)[0]
+        return f"{self.namespace}::" + self.name.split(".", 1)[0]
 
     @property
     def qualified(self) -> str:
         """``aten::scatter.src`` (``aten::_unique2`` for a default overload)."""
-        return "aten::" + self.name
+        return f"{self.namespace}::" + self.name
 
 
 def into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:

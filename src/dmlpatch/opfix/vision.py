@@ -1,0 +1,189 @@
+"""torchvision's detection operators on the device: ``nms`` and ``roi_align``.
+
+torchvision ships CPU and CUDA kernels only, so on DirectML every call runs through the CPU
+fallback: Faster R-CNN's ``nms`` (8 calls a step) and ``roi_align`` with its backward (6 and 4)
+copied 225 MB to the host and back per training step. Both are composed here of operators
+DirectML has, registered for ``torchvision::`` on ``PrivateUse1`` (before torchvision is
+imported, if it is: the dispatcher takes an implementation ahead of the operator's schema).
+
+- ``nms``: greedy suppression as a fixed point (:func:`greedy_nms`); the answer is
+  torchvision's index for index. Each round ends with a one-byte read to see whether anything
+  changed, where the fallback copies the boxes out and the indices back once.
+- ``roi_align``: bilinear interpolation is separable, so the average of a bin's samples is a
+  product of two interpolation matrices, one over the rows and one over the columns of the
+  feature map: ``out[k, c] = Ay[k] @ x[image of k, c] @ Ax[k].T``. Two batched matrix
+  products per chunk of regions, with no per-sample gather; autograd differentiates them, so
+  ``_roi_align_backward`` is never needed on the device. Adaptive sampling
+  (``sampling_ratio <= 0``) reads the largest region's grid size once (a host read).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel
+
+#: Rows of the IoU matrix computed at once: bounds memory to _BLOCK * N values.
+_BLOCK = 2048
+#: Elements of the per-chunk intermediate of roi_align (regions x rows x channels x columns).
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _threshold_below(threshold: float, dtype: torch.dtype) -> float:
+    """torchvision compares a float IoU with the threshold as a double; in ``dtype`` the same
+    test is ``iou > t`` with ``t`` the largest ``dtype`` value not above the threshold (0.3 is
+    not a float32: 126/420 rounds to 0.3f, which exceeds the double 0.3 but not 0.3f)."""
+    rounded = torch.tensor(threshold, dtype=torch.float64).to(dtype)
+    if rounded.double().item() > threshold:
+        rounded = torch.nextafter(rounded, torch.tensor(float("-inf"), dtype=dtype))
+    return float(rounded.item())
+
+
+def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """Greedy NMS as a fixed point, every step a tensor operation on the boxes' device.
+
+    With boxes in score order, box ``i`` is kept iff no kept box ``j < i`` overlaps it by more
+    than the threshold. Starting from "keep all", applying that rule to the whole vector
+    settles the first ``k`` boxes after ``k`` rounds, and the rule has exactly one fixed point
+    (decided box by box in order), so the loop stops on the greedy answer; in practice after a
+    handful of rounds (the length of the longest suppression chain), each round ending with one
+    one-byte read to see whether anything changed.
+    """
+    count = boxes.shape[0]
+    if count == 0:
+        return torch.empty((0,), dtype=torch.int64, device=boxes.device)
+    order = torch.sort(scores, descending=True, stable=True).indices
+    ordered = boxes[order]
+    x1, y1, x2, y2 = ordered.unbind(1)
+    areas = (x2 - x1) * (y2 - y1)
+    positions = torch.arange(count, device=boxes.device)
+    keep = torch.ones(count, dtype=torch.bool, device=boxes.device)
+    threshold = _threshold_below(iou_threshold, boxes.dtype)
+    for _ in range(count):
+        suppressed = torch.zeros(count, dtype=torch.bool, device=boxes.device)
+        for start in range(0, count, _BLOCK):
+            stop = min(start + _BLOCK, count)
+            # IoU of rows start:stop (possible suppressors) with every box, as torchvision
+            # computes it: inter / (area_i + area_j - inter), compared with '>'.
+            width = (
+                torch.minimum(x2[start:stop, None], x2[None, :])
+                - torch.maximum(x1[start:stop, None], x1[None, :])
+            ).clamp(min=0)
+            height = (
+                torch.minimum(y2[start:stop, None], y2[None, :])
+                - torch.maximum(y1[start:stop, None], y1[None, :])
+            ).clamp(min=0)
+            inter = width * height
+            iou = inter / (areas[start:stop, None] + areas[None, :] - inter)
+            later = positions[None, :] > positions[start:stop, None]
+            hits = (iou > threshold) & later & keep[start:stop, None]
+            suppressed |= hits.any(0)
+        settled = ~suppressed
+        if bool(torch.equal(settled, keep)):
+            break
+        keep = settled
+    return order[keep]
+
+
+def nms(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """``torchvision::nms`` on the device."""
+    record("fixed", "torchvision::nms")
+    return greedy_nms(dets, scores, float(iou_threshold))
+
+
+def _interpolation(
+    start: torch.Tensor,
+    bin_size: torch.Tensor,
+    grid: torch.Tensor,
+    most: int,
+    pooled: int,
+    size: int,
+) -> torch.Tensor:
+    """``[K, pooled, size]``: row ``p`` of region ``k`` sums the bilinear weights of bin ``p``'s
+    sample points over the ``size`` positions of one axis, as torchvision's kernel places and
+    weighs them (a sample beyond ``[-1, size]`` counts nothing; one below 0 is read at 0; one
+    at or past the last position is read there)."""
+    device, dtype = start.device, start.dtype
+    bins = torch.arange(pooled, device=device, dtype=dtype)
+    steps = torch.arange(most, device=device, dtype=dtype) + 0.5
+    # [K, pooled, most]: start + p * bin + (i + .5) * bin / grid, for samples i < grid.
+    at = (
+        start[:, None, None]
+        + bins[None, :, None] * bin_size[:, None, None]
+        + steps[None, None, :] * bin_size[:, None, None] / grid[:, None, None]
+    )
+    used = steps[None, None, :] < grid[:, None, None]
+    inside = used & (at >= -1.0) & (at <= size)
+    at = at.clamp(min=0)
+    low = at.floor()
+    last = low >= size - 1
+    low = torch.where(last, torch.full_like(low, size - 1), low)
+    at = torch.where(last, low, at)
+    high = torch.where(last, low, low + 1)
+    frac = at - low
+    positions = torch.arange(size, device=device, dtype=dtype)
+    weight_low = torch.where(inside, 1 - frac, torch.zeros_like(frac))
+    weight_high = torch.where(inside, frac, torch.zeros_like(frac))
+    # Indicator matrices as numbers: DirectML's product of a float and a bool is a bool.
+    at_low = (low[..., None] == positions).to(dtype)
+    at_high = (high[..., None] == positions).to(dtype)
+    matrix = weight_low[..., None] * at_low + weight_high[..., None] * at_high
+    return matrix.sum(2)
+
+
+def roi_align(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    aligned: bool,
+) -> torch.Tensor:
+    """``torchvision::roi_align`` on the device (differentiable: registered for autograd)."""
+    record("fixed", "torchvision::roi_align")
+    batch, channels, height, width = input.shape
+    regions = rois.shape[0]
+    if regions == 0:
+        return input.new_zeros((0, channels, pooled_height, pooled_width))
+    offset = 0.5 if aligned else 0.0
+    boxes = rois[:, 1:5] * spatial_scale - offset
+    start_w, start_h, end_w, end_h = boxes.unbind(1)
+    roi_width, roi_height = end_w - start_w, end_h - start_h
+    if not aligned:
+        roi_width, roi_height = roi_width.clamp(min=1.0), roi_height.clamp(min=1.0)
+    bin_h, bin_w = roi_height / pooled_height, roi_width / pooled_width
+    if sampling_ratio > 0:
+        grid_h = torch.full_like(bin_h, float(sampling_ratio))
+        grid_w = torch.full_like(bin_w, float(sampling_ratio))
+        most_h = most_w = sampling_ratio
+    else:
+        grid_h, grid_w = torch.ceil(bin_h), torch.ceil(bin_w)
+        most = torch.stack((grid_h.max(), grid_w.max())).tolist()  # one read for both sizes
+        most_h, most_w = max(int(most[0]), 1), max(int(most[1]), 1)
+    rows = _interpolation(start_h, bin_h, grid_h, most_h, pooled_height, height)
+    columns = _interpolation(start_w, bin_w, grid_w, most_w, pooled_width, width)
+    count = (grid_h * grid_w).clamp(min=1)
+    images = rois[:, 0].long()
+    # [N, H, C * W]: one region's image as the right operand of its row product.
+    by_rows = input.permute(0, 2, 1, 3).reshape(batch, height, channels * width)
+    per_region = pooled_height * channels * width + height * channels * width
+    chunk = max(1, _CHUNK_ELEMENTS // max(per_region, 1))
+    pieces = []
+    for first in range(0, regions, chunk):
+        last = min(first + chunk, regions)
+        picked = by_rows[images[first:last]]  # [k, H, C * W]
+        across = torch.bmm(rows[first:last], picked)  # [k, PH, C * W]
+        across = across.reshape(last - first, pooled_height * channels, width)
+        pooled = torch.bmm(across, columns[first:last].transpose(1, 2))  # [k, PH * C, PW]
+        pieces.append(pooled.reshape(last - first, pooled_height, channels, pooled_width))
+    output = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    output = output.permute(0, 2, 1, 3) / count[:, None, None, None]
+    return output.contiguous()
+
+
+KERNELS = (
+    Kernel("nms", nms, "fallback", namespace="torchvision"),
+    Kernel("roi_align", roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"),
+)

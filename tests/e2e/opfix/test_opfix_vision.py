@@ -1,0 +1,148 @@
+"""torchvision's ``nms`` and ``roi_align`` on the device: torchvision has CPU and CUDA kernels
+only, so without dmlpatch every call goes through DirectML's CPU fallback (Faster R-CNN: 54
+copies a training step). With it, both run on the device equal to the CPU, forward and
+backward, with no copy."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torchvision
+from tests.e2e.opfix.helpers import close, without_fixes
+from torchvision.ops import batched_nms, nms, roi_align
+
+import dmlpatch.sim as sim
+from dmlpatch.opfix import vision
+
+
+def _boxes(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    corners = torch.rand(count, 2, generator=generator) * 100
+    boxes = torch.cat((corners, corners + torch.rand(count, 2, generator=generator) * 40 + 1), 1)
+    # Rounded scores: ties, as an untrained detector's are.
+    scores = (torch.rand(count, generator=generator) * 20).round() / 20
+    return boxes, scores
+
+
+def test_without_dmlpatch_both_fall_back(dev: torch.device) -> None:
+    boxes, scores = _boxes(50, 0)
+    features = torch.randn(1, 4, 16, 16, device=dev)
+    rois = torch.tensor([[0.0, 1, 1, 9, 9]], device=dev)
+    with without_fixes(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim.reset_counters()
+        nms(boxes.to(dev), scores.to(dev), 0.5)
+        roi_align(features, rois, (2, 2), 1.0, 2, True)
+        fallbacks = sim.counters()["ops"]["fallback"]
+    assert {"torchvision::nms", "torchvision::roi_align"} <= set(fallbacks)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.5, 0.7, 1.0])
+@pytest.mark.parametrize("count", [0, 1, 40, 300])
+def test_nms_keeps_torchvisions_boxes_in_its_order(
+    dev: torch.device, count: int, threshold: float
+) -> None:
+    boxes, scores = _boxes(count, count)
+    expected = nms(boxes, scores, threshold)
+    on_device_boxes, on_device_scores = boxes.to(dev), scores.to(dev)
+    sim.reset_counters()
+    kept = nms(on_device_boxes, on_device_scores, threshold)
+    counters = sim.counters()
+    assert kept.device == dev and torch.equal(kept.cpu(), expected)
+    assert counters["ops"]["fallback"] == {}
+
+
+def test_nms_row_blocks_agree(dev: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    boxes, scores = _boxes(300, 7)
+    monkeypatch.setattr(vision, "_BLOCK", 7)  # many row blocks, one partial
+    assert torch.equal(nms(boxes.to(dev), scores.to(dev), 0.4).cpu(), nms(boxes, scores, 0.4))
+
+
+@pytest.mark.parametrize("strategy", ["coordinate trick", "per class"])
+def test_batched_nms_both_strategies(dev: torch.device, strategy: str) -> None:
+    boxes, scores = _boxes(120, 3)
+    classes = torch.arange(120) % 4
+    if strategy == "per class":
+        # What batched_nms runs for large inputs (4000 coordinates on the CPU): nms per class.
+        boxes_module = torchvision.ops.boxes
+        expected = boxes_module._batched_nms_vanilla(boxes, scores, classes, 0.5)
+        got = boxes_module._batched_nms_vanilla(boxes.to(dev), scores.to(dev), classes.to(dev), 0.5)
+    else:
+        expected = batched_nms(boxes, scores, classes, 0.5)
+        got = batched_nms(boxes.to(dev), scores.to(dev), classes.to(dev), 0.5)
+    assert torch.equal(got.cpu(), expected)
+
+
+ROIS = torch.tensor(
+    [
+        [0, 1.5, 2.0, 15.0, 18.0],
+        [1, 0.0, 0.0, 23.0, 19.0],
+        [0, -3.0, 4.0, 8.0, 30.0],  # partly outside the map
+        [1, 5.2, 5.1, 5.3, 5.4],  # smaller than a bin
+        [0, 10, 10, 60, 50],  # larger than the map
+        [1, 22.9, 18.9, 40.0, 40.0],  # starts at the last row and column
+    ]
+)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [-1, 0, 1, 2, 3])
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
+def test_roi_align_forward_and_backward_equal_the_cpu(
+    dev: torch.device, aligned: bool, sampling_ratio: int, scale: float
+) -> None:
+    torch.manual_seed(0)
+    features = torch.randn(2, 5, 20, 24)
+    expected_input = features.clone().requires_grad_()
+    expected = roi_align(expected_input, ROIS, (7, 5), scale, sampling_ratio, aligned)
+    upstream = torch.randn_like(expected)
+    expected.backward(upstream)
+    on_device = features.to(dev).requires_grad_()
+    rois, gradient = ROIS.to(dev), upstream.to(dev)
+    sim.reset_counters()
+    got = roi_align(on_device, rois, (7, 5), scale, sampling_ratio, aligned)
+    got.backward(gradient)
+    counters = sim.counters()
+    assert close(got.detach(), expected.detach())
+    assert on_device.grad is not None and expected_input.grad is not None
+    assert close(on_device.grad, expected_input.grad)
+    assert counters["ops"]["fallback"] == {}
+    assert "torchvision::_roi_align_backward" not in counters["ops"].get("fixed", {})
+
+
+def test_roi_align_without_regions_and_in_chunks(
+    dev: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    features = torch.randn(2, 3, 9, 9)
+    empty = roi_align(features.to(dev), torch.zeros(0, 5, device=dev), (2, 2), 1.0, 2, False)
+    assert empty.shape == (0, 3, 2, 2)
+    monkeypatch.setattr(vision, "_CHUNK_ELEMENTS", 1)  # one region per chunk
+    expected = roi_align(features, ROIS, (3, 3), 0.3, 0, True)
+    assert close(roi_align(features.to(dev), ROIS.to(dev), (3, 3), 0.3, 0, True), expected)
+
+
+def test_a_detection_step_makes_no_copy(dev: torch.device) -> None:
+    """Faster R-CNN's RPN and box head, one training step and one inference, on the device:
+    every nms and roi_align (and its backward) served there."""
+    torch.manual_seed(0)
+    model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=3
+    ).to(dev)
+    images = [torch.rand(3, 128, 160, device=dev)]
+    targets = [
+        {
+            "boxes": torch.tensor([[10.0, 20, 80, 90]], device=dev),
+            "labels": torch.tensor([1], device=dev),
+        }
+    ]
+    sim.reset_counters()
+    losses = model(images, targets)
+    sum(losses.values()).backward()
+    model.eval()
+    with torch.no_grad():
+        model(images)
+    ops = sim.counters()["ops"]
+    assert not any(name.startswith("torchvision::") for name in ops["fallback"]), ops["fallback"]
+    assert {"torchvision::nms", "torchvision::roi_align"} <= set(ops["fixed"])
