@@ -11,10 +11,13 @@ imported, if it is: the dispatcher takes an implementation ahead of the operator
   changed, where the fallback copies the boxes out and the indices back once.
 - ``roi_align``: bilinear interpolation is separable, so the average of a bin's samples is a
   product of two interpolation matrices, one over the rows and one over the columns of the
-  feature map: ``out[k, c] = Ay[k] @ x[image of k, c] @ Ax[k].T``. Two batched matrix
-  products per chunk of regions, with no per-sample gather; autograd differentiates them, so
-  ``_roi_align_backward`` is never needed on the device. Adaptive sampling
-  (``sampling_ratio <= 0``) reads the largest region's grid size once (a host read).
+  feature map: ``out[k, c] = Ay[k] @ x[image of k, c] @ Ax[k].T``. Per image, one matrix
+  product for all its regions' rows, then one batched product for their columns, with no
+  per-sample gather; autograd differentiates them, so ``_roi_align_backward`` is never needed
+  on the device. Host reads: the regions per image, and under adaptive sampling
+  (``sampling_ratio <= 0``) the largest grid. The products do more arithmetic than the CPU
+  kernel's loops (each row product runs over the whole map's height): cheap on a GPU, slower
+  than the fallback on the simulator's CPU kernels (``benchmarks/vision_ops.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from dmlpatch.opfix._kernel import Kernel
 
 #: Rows of the IoU matrix computed at once: bounds memory to _BLOCK * N values.
 _BLOCK = 2048
+#: Up to this many boxes, the overlap matrix (one byte per pair) is kept across rounds.
+_WHOLE_MATRIX = 8192
 #: Elements of the per-chunk intermediate of roi_align (regions x rows x channels x columns).
 _CHUNK_ELEMENTS = 1 << 24
 
@@ -58,27 +63,32 @@ def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) 
     x1, y1, x2, y2 = ordered.unbind(1)
     areas = (x2 - x1) * (y2 - y1)
     positions = torch.arange(count, device=boxes.device)
-    keep = torch.ones(count, dtype=torch.bool, device=boxes.device)
     threshold = _threshold_below(iou_threshold, boxes.dtype)
+
+    def overlaps(start: int, stop: int) -> torch.Tensor:
+        """Whether box ``i`` in ``start:stop`` would suppress box ``j`` (a later one)."""
+        # IoU as torchvision computes it: inter / (area_i + area_j - inter), compared with '>'.
+        width = (
+            torch.minimum(x2[start:stop, None], x2[None, :])
+            - torch.maximum(x1[start:stop, None], x1[None, :])
+        ).clamp(min=0)
+        height = (
+            torch.minimum(y2[start:stop, None], y2[None, :])
+            - torch.maximum(y1[start:stop, None], y1[None, :])
+        ).clamp(min=0)
+        inter = width * height
+        iou = inter / (areas[start:stop, None] + areas[None, :] - inter)
+        return (iou > threshold) & (positions[None, :] > positions[start:stop, None])
+
+    blocks = [(start, min(start + _BLOCK, count)) for start in range(0, count, _BLOCK)]
+    # The overlap matrix is computed once where it fits (count**2 bytes), else per round.
+    kept_matrix = [overlaps(*block) for block in blocks] if count <= _WHOLE_MATRIX else None
+    keep = torch.ones(count, dtype=torch.bool, device=boxes.device)
     for _ in range(count):
         suppressed = torch.zeros(count, dtype=torch.bool, device=boxes.device)
-        for start in range(0, count, _BLOCK):
-            stop = min(start + _BLOCK, count)
-            # IoU of rows start:stop (possible suppressors) with every box, as torchvision
-            # computes it: inter / (area_i + area_j - inter), compared with '>'.
-            width = (
-                torch.minimum(x2[start:stop, None], x2[None, :])
-                - torch.maximum(x1[start:stop, None], x1[None, :])
-            ).clamp(min=0)
-            height = (
-                torch.minimum(y2[start:stop, None], y2[None, :])
-                - torch.maximum(y1[start:stop, None], y1[None, :])
-            ).clamp(min=0)
-            inter = width * height
-            iou = inter / (areas[start:stop, None] + areas[None, :] - inter)
-            later = positions[None, :] > positions[start:stop, None]
-            hits = (iou > threshold) & later & keep[start:stop, None]
-            suppressed |= hits.any(0)
+        for number, (start, stop) in enumerate(blocks):
+            over = kept_matrix[number] if kept_matrix is not None else overlaps(start, stop)
+            suppressed |= (over & keep[start:stop, None]).any(0)
         settled = ~suppressed
         if bool(torch.equal(settled, keep)):
             break
@@ -165,21 +175,29 @@ def roi_align(
     rows = _interpolation(start_h, bin_h, grid_h, most_h, pooled_height, height)
     columns = _interpolation(start_w, bin_w, grid_w, most_w, pooled_width, width)
     count = (grid_h * grid_w).clamp(min=1)
+    # Regions grouped by image (torchvision already lists them so; the sort is stable), so
+    # that each group's row product is one matrix product with its image: no per-region copy
+    # of the feature map. One host read gives the group sizes.
     images = rois[:, 0].long()
-    # [N, H, C * W]: one region's image as the right operand of its row product.
+    order = torch.argsort(images, stable=True)
+    sizes = torch.bincount(images, minlength=batch).tolist()
+    rows, columns = rows[order], columns[order]
+    # [N, H, C * W]: an image as the right operand of its regions' row product.
     by_rows = input.permute(0, 2, 1, 3).reshape(batch, height, channels * width)
-    per_region = pooled_height * channels * width + height * channels * width
-    chunk = max(1, _CHUNK_ELEMENTS // max(per_region, 1))
+    chunk = max(1, _CHUNK_ELEMENTS // max(pooled_height * channels * width, 1))
     pieces = []
-    for first in range(0, regions, chunk):
-        last = min(first + chunk, regions)
-        picked = by_rows[images[first:last]]  # [k, H, C * W]
-        across = torch.bmm(rows[first:last], picked)  # [k, PH, C * W]
-        across = across.reshape(last - first, pooled_height * channels, width)
-        pooled = torch.bmm(across, columns[first:last].transpose(1, 2))  # [k, PH * C, PW]
-        pieces.append(pooled.reshape(last - first, pooled_height, channels, pooled_width))
-    output = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-    output = output.permute(0, 2, 1, 3) / count[:, None, None, None]
+    first_of_image = 0
+    for image, size in enumerate(sizes):
+        for first in range(first_of_image, first_of_image + size, chunk):
+            last = min(first + chunk, first_of_image + size)
+            regions_here = last - first
+            across = rows[first:last].reshape(regions_here * pooled_height, height) @ by_rows[image]
+            across = across.reshape(regions_here, pooled_height * channels, width)
+            pooled = torch.bmm(across, columns[first:last].transpose(1, 2))  # [k, PH * C, PW]
+            pieces.append(pooled.reshape(regions_here, pooled_height, channels, pooled_width))
+        first_of_image += size
+    ordered = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    output = ordered[torch.argsort(order)].permute(0, 2, 1, 3) / count[:, None, None, None]
     return output.contiguous()
 
 

@@ -54,9 +54,14 @@ def test_nms_keeps_torchvisions_boxes_in_its_order(
     assert counters["ops"]["fallback"] == {}
 
 
-def test_nms_row_blocks_agree(dev: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kept", [True, False])
+def test_nms_row_blocks_agree(
+    dev: torch.device, monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
     boxes, scores = _boxes(300, 7)
     monkeypatch.setattr(vision, "_BLOCK", 7)  # many row blocks, one partial
+    if not kept:  # the overlap matrix computed anew in each round, as for many boxes
+        monkeypatch.setattr(vision, "_WHOLE_MATRIX", 0)
     assert torch.equal(nms(boxes.to(dev), scores.to(dev), 0.4).cpu(), nms(boxes, scores, 0.4))
 
 
