@@ -179,7 +179,8 @@ def roi_align(
     # that each group's row product is one matrix product with its image: no per-region copy
     # of the feature map. One host read gives the group sizes.
     images = rois[:, 0].long()
-    order = torch.argsort(images, stable=True)
+    # sort, not argsort: torch 2.4's argsort(stable=True) is an operator DirectML lacks.
+    order = torch.sort(images, stable=True).indices
     sizes = torch.bincount(images, minlength=batch).tolist()
     rows, columns = rows[order], columns[order]
     # [N, H, C * W]: an image as the right operand of its regions' row product.
@@ -197,7 +198,8 @@ def roi_align(
             pieces.append(pooled.reshape(regions_here, pooled_height, channels, pooled_width))
         first_of_image += size
     ordered = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-    output = ordered[torch.argsort(order)].permute(0, 2, 1, 3) / count[:, None, None, None]
+    unordered = torch.sort(order, stable=True).indices
+    output = ordered[unordered].permute(0, 2, 1, 3) / count[:, None, None, None]
     return output.contiguous()
 
 
