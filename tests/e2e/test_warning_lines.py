@@ -65,3 +65,27 @@ def test_a_backward_operator_s_fallback_warning_names_the_backward_call(tmp_path
         str(tmp_path / "program.py") + ":8",
     ]
     assert "aten::col2im" in warned[0] and "aten::im2col" in warned[1]
+
+
+LARGE_SOLVE = """
+import torch
+
+torch.manual_seed(0)
+a = torch.randn(32, 32, device="cuda") + 8 * torch.eye(32, device="cuda")
+b = torch.randn(32, 2, device="cuda")
+x = torch.linalg.solve(a, b)
+x = torch.linalg.solve(a, b)
+print(float((a @ x - b).abs().max()) < 1e-4)
+"""
+
+
+def test_a_system_too_large_for_the_device_solver_says_it_falls_back(tmp_path: Path) -> None:
+    # dmlpatch's solver serves small systems and sends larger ones to the CPU itself, so
+    # DirectML never sees the call to warn about it: dmlpatch says it, once, at the line.
+    (tmp_path / "program.py").write_text(LARGE_SOLVE)
+    result = run_python(["-m", "dmlpatch", "--device", "sim", "program.py"], cwd=tmp_path)
+    assert result.code == 0 and result.out.strip() == "True", result.err
+    warned = [line for line in result.err.splitlines() if "UserWarning: The operator" in line]
+    assert len(warned) == 1
+    assert warned[0].startswith(str(tmp_path / "program.py") + ":7: UserWarning")
+    assert "'aten::_linalg_solve_ex.result' is not currently supported" in warned[0]

@@ -111,6 +111,9 @@ def _through_the_cpu(
     """What DirectML's fallback does, done here: the operator on the CPU, its results back.
     (Its ``.out`` variant would go through DirectML's fallback, which loses the resize of an
     ``out=`` tensor: microsoft/DirectML#431.)"""
+    from dmlpatch.placement import fallbacks
+
+    fallbacks.announce(name)
     device = tensors[0].device
     results = op(*(t.cpu() for t in tensors), **options)
     many = isinstance(results, tuple)

@@ -132,6 +132,22 @@ def _count(name: str, short: str, family: str, args: tuple[Any, ...], result: An
         given_back[layer] = given_back.get(layer, 0) + flops
 
 
+def announce(name: str) -> None:
+    """DirectML's warning for a fallback a dmlpatch kernel makes itself (a linear system larger
+    than the on-device solver's), once per operator, at the program's line: DirectML never
+    sees such a call, so it cannot say it."""
+    if name in _warned:
+        return
+    _warned.add(name)
+    from dmlpatch.sim.counting import fallback_warning
+
+    frame: Any = sys._getframe(1)
+    level = 2  # warnings.warn's stack level of that frame (1: this function)
+    while frame is not None and frames.internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(fallback_warning(name), UserWarning, stacklevel=level if frame else 1)
+
+
 def _walk() -> tuple[Optional[frames.Site], Optional[nn.Module], int, bool, bool]:
     """From the caller up: the program's line, the innermost heavy layer being called, the
     warning's stack level for that line, and whether data loading or a module's construction
