@@ -43,17 +43,19 @@ BACKWARD = """
 import torch
 import torch.nn.functional as F
 
-x = torch.randn(1, 8, 16, device="cuda", requires_grad=True)
-y = F.fold(x, output_size=(5, 5), kernel_size=2)
-loss = y.sum()
+x = torch.randn(1, 2, 5, 5, device="cuda", requires_grad=True)
+y = F.pad(x, (1, 1, 1, 1), mode="replicate")
+s = torch.linalg.svdvals(y[0, 0])
+loss = y.sum() + s.sum()
 loss.backward()
 print(tuple(x.grad.shape))
 """
 
 
 def test_a_backward_operator_s_fallback_warning_names_the_backward_call(tmp_path: Path) -> None:
-    # col2im (fold) falls back in the forward, im2col in the backward, which runs on autograd's
-    # device thread: no Python caller there, so it is the line that called backward().
+    # svd falls back in the forward; replication padding's backward falls back in the backward,
+    # which runs on autograd's device thread: no Python caller there, so it is the line that
+    # called backward().
     (tmp_path / "program.py").write_text(BACKWARD)
     result = run_python(
         ["-W", "always", "-m", "dmlpatch", "--device", "sim", "program.py"], cwd=tmp_path
@@ -61,10 +63,10 @@ def test_a_backward_operator_s_fallback_warning_names_the_backward_call(tmp_path
     assert result.code == 0, result.err
     warned = [line for line in result.err.splitlines() if "UserWarning: The operator" in line]
     assert [line.split(": UserWarning")[0] for line in warned] == [
-        str(tmp_path / "program.py") + ":6",
-        str(tmp_path / "program.py") + ":8",
+        str(tmp_path / "program.py") + ":7",
+        str(tmp_path / "program.py") + ":9",
     ]
-    assert "aten::col2im" in warned[0] and "aten::im2col" in warned[1]
+    assert "aten::_linalg_svd" in warned[0] and "aten::replication_pad2d_backward" in warned[1]
 
 
 LARGE_SOLVE = """

@@ -186,6 +186,11 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/libraries/test_module_moves.py::test_a_gpt2_moved_after_its_optimizer_trains_tied_as_on_the_cpu",
         "tests/e2e/libraries/test_module_moves.py::test_an_accelerate_loop_trains_as_on_the_cpu",
     ],
+    "fold-unfold": [
+        "tests/e2e/opfix/test_opfix_sliding_blocks.py::test_without_dmlpatch_both_fall_back",
+        "tests/e2e/opfix/test_opfix_sliding_blocks.py::test_unfold_and_fold_forward_and_backward_equal_the_cpu",
+        "tests/e2e/opfix/test_opfix_sliding_blocks.py::test_a_long_kernel_overlap_add_as_vocos_istft_head",
+    ],
     "detection-ops": [
         "tests/e2e/opfix/test_opfix_vision.py::test_without_dmlpatch_both_fall_back",
         "tests/e2e/opfix/test_opfix_vision.py::test_nms_keeps_torchvisions_boxes_in_its_order",

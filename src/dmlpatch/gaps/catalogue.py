@@ -552,6 +552,20 @@ FAILURES: tuple[Failure, ...] = (
         "the moved tensor into the old object, as param.data = moved does on CUDA",
     ),
     Failure(
+        "fold-unfold",
+        "F.unfold / F.fold (nn.Unfold, nn.Fold): patch embeddings, sliding windows, Vocos' "
+        "ISTFT head's overlap-add; each is the other's gradient",
+        _fallback("aten::im2col"),
+        "torch-directml 0.2.5's operator list (neither im2col nor col2im is registered)",
+        ("aten::im2col", "aten::col2im"),
+        "op list",
+        "",
+        "kernel",
+        "dmlpatch.opfix.sliding_blocks: strided slices of the padded image, one per kernel "
+        "offset or per block (whichever is fewer), stacked for im2col and added up for col2im; "
+        "PyTorch's derivatives call the other on the device",
+    ),
+    Failure(
         "detection-ops",
         "torchvision's detection operators on the device: nms (batched_nms, every detector's "
         "post-processing), roi_align (Faster/Mask R-CNN's box and mask heads) and its backward",

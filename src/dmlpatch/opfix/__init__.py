@@ -109,6 +109,7 @@ FAMILIES = (
     "weight_norm",
     "half_on_host",
     "vision",
+    "sliding_blocks",
 )
 
 
