@@ -302,7 +302,19 @@ def test_report_counts_fallback_copies_apart_from_the_programs(
     }
     assert transfers["program"]["h2d"]["count"] == 0  # arange and + ran on the device
     assert transfers["syncs"] == 1  # .item()
-    assert report["compute"] is None  # no layer ran: nothing to say about model compute
+    # No layer ran, but the fallback's work is compute on the CPU: by the elements hypot read
+    # and wrote (3 calls of two 5-element inputs and a 5-element result), with its copies.
+    compute = report["compute"]
+    assert compute["device_share"] == 0.0
+    (fallback,) = compute["cpu_fallbacks"]
+    assert fallback["operator"] == "aten::hypot.out" and fallback["calls"] == 3
+    assert (fallback["copies"], fallback["bytes"]) == (9, 180)
+    assert fallback["estimated_by"] == "elements" and fallback["flops"] == 3 * 15
+    assert fallback["at"] == "program.py:6 in <module>"
+    # The run names it at exit, with its copies; no layer ran, so nothing to warn about.
+    assert _warnings(result.err) == []
+    said = "dmlpatch: ran through DirectML's CPU fallback: aten::hypot.out (3 calls, 9 copies, "
+    assert any(line.startswith(said + "180 B); see: dmlpatch check") for line in result.err_lines)
 
 
 def test_report_says_why_a_torch_free_program_has_no_device(

@@ -139,6 +139,7 @@ class _Judge:
         from dmlpatch.placement import summary
 
         compute = summary.compute(self.placement.ledger, self.selected.device, self.selected.type)
+        _fallback_copies(compute, counters)
         divergence = self.shadow.divergence if self.shadow is not None else None
         outcome = judge(rows, counters, error, code if error is None else 0, divergence, compute)
         backend = self.selected.backend
@@ -207,6 +208,16 @@ def first_frame(stack: str) -> Optional[str]:
             continue
         found = f"{frames.display(path)}:{match.group('line')}"
     return found
+
+
+def _fallback_copies(compute: dict[str, Any], counters: dict[str, Any]) -> None:
+    """The copies each fallback made, as the backend's counters saw them (the operator counter
+    sees calls, not copies)."""
+    copies = counters.get("copies", {})
+    for entry in compute["cpu_fallbacks"]:
+        cost = copies.get(entry["operator"])
+        if cost is not None:
+            entry["copies"], entry["bytes"] = cost["count"], cost["bytes"]
 
 
 def _first_line(error: Optional[BaseException]) -> Optional[str]:
@@ -333,7 +344,7 @@ def _on_cpu(compute: Optional[dict[str, Any]]) -> Optional[str]:
 
     if compute is None:
         return None
-    share = summary.cpu_share(compute)
+    share = summary.layers_cpu_share(compute)
     if share is None or share < summary.SIGNIFICANT_CPU_SHARE:
         return None
     verdict = f"does not run on DirectML: {summary.headline(compute)}"

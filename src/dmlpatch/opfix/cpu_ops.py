@@ -151,22 +151,28 @@ _MADE_OF = {
     },
 }
 
-#: Told of every call a CPU kernel serves (the placement accounting of ordinary runs).
-_observer: Optional[Callable[[str, tuple[Any, ...], Any], None]] = None
+#: ``observer(name, args, result, copies, bytes)``: told of every call a CPU kernel serves
+#: (the placement accounting of ordinary runs).
+Observer = Callable[[str, tuple[Any, ...], Any, int, int], None]
+_observer: Optional[Observer] = None
 
 
-def observe(observer: Optional[Callable[[str, tuple[Any, ...], Any], None]]) -> None:
-    """``observer(name, args, result)`` after each call a CPU kernel serves (None: stop)."""
+def observe(observer: Optional[Observer]) -> None:
+    """Call ``observer`` after each call a CPU kernel serves (None: stop)."""
     global _observer
     _observer = observer
 
 
-def cpu_kernel(op: torch._ops.OpOverload, upcast_half: bool = False) -> Callable[..., Any]:
+def cpu_kernel(
+    op: torch._ops.OpOverload, upcast_half: bool = False, reported: Optional[str] = None
+) -> Callable[..., Any]:
     """A PrivateUse1 kernel running ``op`` (or its CPU twin) on CPU copies of its arguments;
     with ``upcast_half``, float16 arguments are computed in float32 there and floating
-    results come back as float16 (for CPU kernels that have no float16)."""
+    results come back as float16 (for CPU kernels that have no float16). ``reported``: the
+    name it is counted and announced under (DirectML names a structured operator's ``.out``
+    kernel), by default the overload's."""
     schema = op._schema
-    name = op.name()
+    name = reported or op.name()
     on_the_cpu = _CPU_TWINS.get(name, op)
     written = [
         i
@@ -238,7 +244,7 @@ def cpu_kernel(op: torch._ops.OpOverload, upcast_half: bool = False) -> Callable
         record("fallback", name, copies, nbytes)
         observer = _observer
         if observer is not None:
-            observer(name, args, result)
+            observer(name, args, result, copies, nbytes)
         return moved
 
     return kernel

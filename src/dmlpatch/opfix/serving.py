@@ -72,8 +72,9 @@ class Serving:
             namespace == "aten" and (short in self._native or reported_short in self._native)
         ):
             return NATIVE, reported
-        if short not in self._delegates and torch._C._dispatch_has_kernel_for_dispatch_key(
-            name, "CompositeExplicitAutograd"
+        if short not in self._delegates and any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+            for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
         ):
             # PyTorch composes it of other operators on the device. (Structured operators
             # also have a composite kernel, for functionalization; DirectML still needs

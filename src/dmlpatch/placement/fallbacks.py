@@ -33,102 +33,166 @@ from dmlpatch.placement import families, frames, ledger
 #: FLOPs that fallbacks ran on the CPU inside a heavy layer's current call.
 given_back: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
 
-_library: Optional[torch.library.Library] = None
+_libraries: dict[str, torch.library.Library] = {}
+_served: set[str] = set()
+_serving: Any = None
 _warned: set[str] = set()
 _forced: set[str] = set()  # DMLPATCH_CPU_OPS: the user's choice, not announced
 
 
-def candidates(serving: Any) -> list[torch._ops.OpOverload]:
-    """The heavy ATen overloads ``serving`` says the backend's CPU fallback runs, where the
-    CPU has a kernel for them (without one the fallback fails anyway)."""
+def candidates(serving: Any, namespaces: Optional[set[str]] = None) -> list[Any]:
+    """The operator overloads ``serving`` says the backend's CPU fallback runs, where the CPU
+    has a kernel for them (without one the fallback fails anyway); ``namespaces``: only
+    theirs. Views are left to the backend: a copy cannot alias its input."""
     from dmlpatch.opfix import serving as how
 
     found = []
     for name in torch._C._dispatch_get_all_op_names():
         namespace, _, rest = name.partition("::")
+        if namespaces is not None and namespace not in namespaces:
+            continue
+        if namespace in _NOT_SERVED or not torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, "CPU"
+        ):
+            continue
         short, _, overload = rest.partition(".")
-        if namespace != "aten" or families.operator_family(short) is None:
-            continue
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"):
-            continue
-        packet = getattr(torch.ops.aten, short, None)
+        packet = getattr(getattr(torch.ops, namespace, None), short, None)
         op = getattr(packet, overload or "default", None) if packet is not None else None
-        if op is not None and serving.of(op)[0] == how.FALLBACK:
+        if op is None or _is_view(op):
+            continue
+        if serving.of(op)[0] == how.FALLBACK:
             found.append(op)
     return found
 
 
+#: Operator libraries whose fallbacks are not served here: the simulator's own bookkeeping.
+_NOT_SERVED = frozenset({"dmlpatch_sim", "dmlpatch"})
+
+
+def _is_view(op: Any) -> bool:
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
 def install() -> list[str]:
-    """Serve and count the loaded backend's heavy fallbacks, and count the operators
+    """Serve and count the loaded backend's fallbacks, and count the operators
     ``DMLPATCH_CPU_OPS`` sends to the CPU (see the module docstring); returns the names of the
-    fallbacks served. Nothing when no op fixes are installed (no DirectML profile)."""
-    global _library
-    from dmlpatch import opfix
+    fallbacks served. Nothing when no op fixes are installed (no DirectML profile).
+
+    Operator libraries loaded later (torchvision's, when it is imported) are served then."""
+    global _serving
     from dmlpatch.opfix import cpu_ops, serving
 
-    installed = opfix.installed()
-    if _library is not None or installed is None:
+    installed = opfix_installed()
+    if _libraries or installed is None:
         return []
     chosen = serving.for_backend(installed.backend, installed.profile)
     if chosen is None:
         return []
-    library = torch.library.Library("aten", "IMPL")
-    names = []
-    for op in candidates(chosen):
-        with warnings.catch_warnings():
-            # torch 2.4 warns when a Python kernel replaces a registration for the same key.
-            warnings.filterwarnings("ignore", "Warning only once for all operators")
-            library.impl(op.name().split("::", 1)[1], cpu_ops.cpu_kernel(op), "PrivateUse1")
-        names.append(op.name())
-    _library = library
+    _serving = chosen
+    names = _serve(candidates(chosen))
     _forced.update(installed.cpu_ops)
     cpu_ops.observe(_observe)
+    from dmlpatch.rewriting import hook
+
+    for package in _LATER:
+        hook.when_imported(package, _serve_package)
     return names
 
 
+#: Packages that define operator libraries of their own when imported.
+_LATER = ("torchvision",)
+
+
+def _serve_package(module: Any) -> None:
+    if _serving is not None and _libraries:
+        _serve(candidates(_serving, {module.__name__}))
+
+
+def _serve(ops: list[Any]) -> list[str]:
+    from dmlpatch.opfix import cpu_ops
+
+    names = []
+    for op in ops:
+        namespace, _, short = op.name().partition("::")
+        if op.name() in _served:
+            continue
+        library = _libraries.get(namespace)
+        if library is None:
+            library = _libraries[namespace] = torch.library.Library(namespace, "IMPL")
+        with warnings.catch_warnings():
+            # torch 2.4 warns when a Python kernel replaces a registration for the same key.
+            warnings.filterwarnings("ignore", "Warning only once for all operators")
+            reported = _serving.of(op)[1] if _serving is not None else None
+            library.impl(short, cpu_ops.cpu_kernel(op, reported=reported), "PrivateUse1")
+        _served.add(op.name())
+        names.append(op.name())
+    return names
+
+
+def opfix_installed() -> Any:
+    from dmlpatch import opfix
+
+    return opfix.installed()
+
+
 def uninstall() -> None:
-    global _library
+    global _serving
     from dmlpatch.opfix import cpu_ops
 
     cpu_ops.observe(None)
-    if _library is not None:
-        _library._destroy()
-        _library = None
+    for library in _libraries.values():
+        library._destroy()
+    _libraries.clear()
+    _served.clear()
+    _serving = None
     given_back.clear()
     _forced.clear()
 
 
-def _observe(name: str, args: tuple[Any, ...], result: Any) -> None:
+def _observe(name: str, args: tuple[Any, ...], result: Any, copies: int, nbytes: int) -> None:
     """A CPU kernel served ``name``: count it where it ran (accounting never breaks the
     program)."""
     short = name.partition("::")[2].split(".", 1)[0]
-    family = families.operator_family(short)
-    if family is None:
-        return
+    family = families.operator_family(short) if name.startswith("aten::") else None
     try:
-        _count(name, short, family, args, result)
+        _count(name, short, family, args, result, copies, nbytes)
     except Exception:
         return
 
 
-def _count(name: str, short: str, family: str, args: tuple[Any, ...], result: Any) -> None:
+def _count(
+    name: str,
+    short: str,
+    family: Optional[str],
+    args: tuple[Any, ...],
+    result: Any,
+    copies: int,
+    nbytes: int,
+) -> None:
     site, layer, level, loading, building = _walk()
     if name not in _warned and name not in _forced:
         _warned.add(name)
-        from dmlpatch.sim.counting import fallback_warning
+        from dmlpatch.sim import counting
 
-        warnings.warn(fallback_warning(name), UserWarning, stacklevel=level)
+        message = counting.fallback_warning(name)
+        if site is None:  # a backward operator, on autograd's thread: no caller of its own
+            counting.warn_at_backward(message, frames)
+        else:
+            warnings.warn(message, UserWarning, stacklevel=level)
     book = ledger.current()
     if book is None or book.counted != "layers":
         return
-    flops = families.operator_flops(short, args, result)
+    if family is None:
+        family, flops = families.OTHER, families.elements(args, result)
+    else:
+        flops = families.operator_flops(short, args, result)
     if building:
         book.add(ledger.BUILDING, flops)
     elif loading:
         book.add(ledger.LOADING, flops)
     else:
-        book.add_cpu(site, family, flops, name)
-    if layer is not None:
+        book.add_cpu(site, family, flops, name, copies, nbytes)
+    if layer is not None and family != families.OTHER:
         given_back[layer] = given_back.get(layer, 0) + flops
 
 

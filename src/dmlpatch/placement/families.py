@@ -27,6 +27,9 @@ MATMUL = "matmul"
 ATTENTION = "attention"
 NORMALIZATION = "normalization"
 RECURRENT = "recurrent"
+#: An operator of no family above, counted only where DirectML's CPU fallback ran it (its
+#: work: one operation per element it reads and writes, :func:`elements`).
+OTHER = "other operator"
 
 # Per element: subtract the mean, divide by the deviation, scale, shift, plus the statistics.
 _NORM_FLOPS_PER_ELEMENT = 5
@@ -210,6 +213,15 @@ def operator_flops(name: str, args: tuple[Any, ...], result: Any) -> int:
     if family == RECURRENT:
         return 2 * sum(_numel(a) for a in args if isinstance(a, torch.Tensor))
     return 0
+
+
+def elements(args: Any, result: Any) -> int:
+    """Elements of every tensor among ``args`` and ``result``: the estimate of work for an
+    operator without a FLOP formula (a fallback's nms or padding backward)."""
+    from torch.utils._pytree import tree_flatten
+
+    flat, _ = tree_flatten((args, result))
+    return sum(value.numel() for value in flat if isinstance(value, torch.Tensor))
 
 
 def _fused_block_flops(args: tuple[Any, ...]) -> int:

@@ -47,10 +47,17 @@ class Ledger:
                 entry[1] += flops
 
     def add_cpu(
-        self, site: Optional[Site], family: str, flops: int, fallback: Optional[str] = None
+        self,
+        site: Optional[Site],
+        family: str,
+        flops: int,
+        fallback: Optional[str] = None,
+        copies: int = 0,
+        nbytes: int = 0,
     ) -> None:
         """Model compute on the CPU, run from ``site``; ``fallback``: the operator whose CPU
-        fallback ran it although its arguments were on the device."""
+        fallback ran it although its arguments were on the device, with the copies (and their
+        bytes) it made between host and device."""
         self.add(CPU, flops)
         with self._lock:
             entry = self.cpu_sites.get(site)
@@ -68,9 +75,18 @@ class Ledger:
                 entry["fallbacks"].add(fallback)
                 tally = self.fallbacks.get(fallback)
                 if tally is None:
-                    tally = self.fallbacks[fallback] = {"calls": 0, "flops": 0, "site": site}
+                    tally = self.fallbacks[fallback] = {
+                        "calls": 0,
+                        "flops": 0,
+                        "copies": 0,
+                        "bytes": 0,
+                        "site": site,
+                        "family": family,
+                    }
                 tally["calls"] += 1
                 tally["flops"] += flops
+                tally["copies"] += copies
+                tally["bytes"] += nbytes
 
     def totals(self, place: str) -> tuple[int, int]:
         with self._lock:

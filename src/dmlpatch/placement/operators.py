@@ -71,18 +71,25 @@ class Counter(TorchDispatchMode):
             known = (name, families.operator_family(name))
             self._families[func] = known
         name, family = known
-        if family is None or _is_tracing():
+        if (family is None and self._serving is None) or _is_tracing():
             # torch.jit.trace's recording run (see module_hooks): not the program's compute.
             return
         kind = _device_of((args, kwargs)) or _device_of(result)
         if kind in ("", "meta"):
             return
-        flops = families.operator_flops(name, tuple(args), result)
         fallback = None
         if kind != "cpu" and self._serving is not None:
             how, reported = self._serving.of(func)
             if how in ("fallback", "cpu"):
                 kind, fallback = "cpu", reported
+        if family is None:
+            # Of the operators outside the families, only fallbacks count: CPU work on the
+            # device's data, estimated by the elements they read and write.
+            if fallback is None:
+                return
+            family, flops = families.OTHER, families.elements((args, kwargs), result)
+        else:
+            flops = families.operator_flops(name, tuple(args), result)
         if kind == "cpu":
             # Frames: _count, __torch_dispatch__, then torch's dispatch machinery.
             caller = frames.caller(depth=2)

@@ -150,3 +150,7 @@ def _warn_at_exit() -> None:
     line = summary.exit_warning(found, sys.argv)
     if line is not None:
         log.say(f"warning: {line}")
+    elif found.get("cpu_fallbacks"):  # the warning above names them already
+        through = summary.fallback_line(found, sys.argv)
+        if through is not None:
+            log.say(through)

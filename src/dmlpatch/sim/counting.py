@@ -72,7 +72,7 @@ def _notify(anchor: torch.Tensor, name: str, warn: bool, trace: str) -> None:
         if frame is not None:
             warnings.warn(fallback_warning(name), UserWarning, stacklevel=level + 1)
         else:
-            _warn_at_backward(fallback_warning(name), frames)
+            warn_at_backward(fallback_warning(name), frames)
     if trace:
         stack = traceback.extract_stack()
         while stack and _internal(stack[-1].filename):
@@ -91,7 +91,7 @@ def _programs(frame: Any, frames: Any) -> bool:
 _ENGINE_CALLS = frozenset({"_engine_run_backward", "backward", "grad"})
 
 
-def _warn_at_backward(message: str, frames: Any) -> None:
+def warn_at_backward(message: str, frames: Any) -> None:
     """A backward operator's warning, from autograd's device thread (no Python caller of its
     own): at the program's line that called ``backward()``, found on the thread waiting for
     the engine; where no thread is (or several are), where the warning was raised."""
