@@ -149,7 +149,8 @@ def check_destination(destination: str) -> None:
         raise UsageError(f"cannot write the report to {path!r}: permission denied")
 
 
-#: In a report path, replaced by the process's ``$RANK`` (DDP ranks) or ``main``.
+#: In a report path, replaced by the process's ``$RANK`` (DDP ranks), its index among the
+#: processes ``torch.multiprocessing.spawn`` started, another child's name, or ``main``.
 RANK_FIELD = "{rank}"
 
 
@@ -162,7 +163,9 @@ def write(destination: str) -> None:
     """Write the report as JSON to a file, or to stderr when ``destination`` is ``-``."""
     import json
 
-    destination = destination.replace(RANK_FIELD, os.environ.get("RANK") or "main")
+    from dmlpatch import processes
+
+    destination = destination.replace(RANK_FIELD, processes.rank())
     text = json.dumps(snapshot(), indent=2, sort_keys=True)
     if destination == "-":
         sys.stderr.write(text + "\n")

@@ -18,14 +18,16 @@ from dmlpatch.environment_variables import DMLPATCH_ANNOUNCE_RANK_ZERO
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Callable, Optional, Union
 
     from dmlpatch.devices.resolution import Resolution
 
 #: Set by the runner for its children: torchrun's rank-0 worker speaks for the job (the
 #: launcher itself never touches a device).
 
-_pending: Optional[str] = None
+_pending: Optional[Union[str, Callable[[], Optional[str]]]] = None
+#: Whether a line waits for the device's first use (read by the allocation and copy kernels).
+pending = False
 _announced = False
 _handed_out = False
 
@@ -68,6 +70,30 @@ def resolved_unless_worker(chosen: Resolution) -> None:
         resolved(chosen)
 
 
+def resolved_in_child(chosen: Resolution) -> None:
+    """The line of a process the runner's program started: a ``torch.multiprocessing`` rank
+    (``mp.spawn(train, nprocs=2)``) that receives the device says so, naming itself; the
+    process that started it may never touch the device. Which process it is is known only
+    once multiprocessing has bootstrapped it (the device is resolved before: unpickling its
+    function imports torch), so the line is worded at first use."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    if not chosen.patches_needed or not chosen.is_accelerator:
+        return  # the runner said where the program runs
+    where = f"{chosen.device} ({chosen.adapter})" if chosen.adapter else chosen.device
+    line = f"running on {where}: {chosen.why}"
+
+    def worded() -> Optional[str]:
+        from dmlpatch import processes
+
+        name = processes.child_name()
+        return f"{name}: {line}" if name is not None else None
+
+    on_first_use(worded)
+
+
 def _worker() -> bool:
     """Whether this process is a multiprocessing child (DataLoader workers, spawned ranks):
     the process that started it speaks for the program."""
@@ -84,20 +110,35 @@ def rank_zero_worker() -> bool:
     )
 
 
-def on_first_use(line: str) -> None:
-    """Say ``line`` when the program first receives the device."""
-    global _pending
+def on_first_use(line: Union[str, Callable[[], Optional[str]]]) -> None:
+    """Say ``line`` (or what it returns, if anything) when the program first receives the
+    device."""
+    global _pending, pending
     _pending = line
+    pending = True
+
+
+def device_reached() -> None:
+    """A tensor came to exist on the device, by any road: ``tensor.to(0)`` reaches
+    PyTorch's current accelerator (DirectML's device, once registered) through no CUDA site.
+    Says the pending line; called by the device's allocation and copy kernels, which test
+    :data:`pending` first (a read of a module global)."""
+    global _pending, pending
+    if _pending is None:
+        return
+    line, _pending = _pending, None
+    pending = False
+    said = line if isinstance(line, str) else line()
+    if said is not None:
+        log.say(said)
 
 
 def device_used() -> None:
     """A rewritten site or fix handed the device to the program (cheap after the first call)."""
-    global _pending, _handed_out
+    global _handed_out
     _handed_out = True
-    if _pending is None:
-        return
-    line, _pending = _pending, None
-    log.say(line)
+    if _pending is not None:
+        device_reached()
 
 
 def handed_out() -> bool:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from dmlpatch.devices import announce as _announce
 from dmlpatch.opfix import dtype_policy, sentinels, triggers
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
@@ -113,6 +114,8 @@ def _empty(
     pin_memory: Optional[bool] = None,
     memory_format: Optional[torch.memory_format] = None,
 ) -> torch.Tensor:
+    if _announce.pending:  # the program's first tensor on the device may be made here
+        _announce.device_reached()
     wanted = dtype if dtype is not None else _default_dtype()
     if wanted in _plain and (memory_format is None or memory_format is _CONTIGUOUS):
         rank = len(size)

@@ -26,6 +26,7 @@ from typing import Optional
 
 import torch
 
+from dmlpatch.devices import announce as _announce
 from dmlpatch.opfix import dtype_policy, triggers
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
@@ -83,6 +84,8 @@ def _to_copy(
 ) -> torch.Tensor:
     # Every copy of a device tensor and to the device passes here: the calls no fix concerns
     # are told apart with as few Python operations as possible (benchmarks/ops.py).
+    if _announce.pending:  # the program's first tensor on the device may come this way
+        _announce.device_reached()
     if dtype in _watched or self.dtype in _watched or through_host_between_adapters:
         fixed = _fixed_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format)
         if fixed is not None:

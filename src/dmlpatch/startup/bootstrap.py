@@ -36,11 +36,15 @@ def startup(device: Optional[str] = None, main: bool = True) -> sequence.Startup
 def _announcer(main: bool) -> Optional[Callable[[resolution.Resolution], None]]:
     if announce.rank_zero_worker():
         return announce.resolved
-    if os.environ.get(DMLPATCH_ANNOUNCE_RANK_ZERO) != "1" and "LOCAL_RANK" not in os.environ:
-        # Not a child of the runner (whose line the runner says): import dmlpatch.auto says
-        # what the runner would; an activated process speaks when a CUDA site asks.
-        return announce.resolved_when_asked if main else announce.resolved_unless_worker
-    return None
+    if "LOCAL_RANK" in os.environ:
+        return None  # torchrun's workers: rank 0 speaks for the job (above)
+    if os.environ.get(DMLPATCH_ANNOUNCE_RANK_ZERO) == "1":
+        # A child of the runner: a torch.multiprocessing rank (mp.spawn) that receives the
+        # device says so itself, naming itself; other children leave it to the runner.
+        return announce.resolved_in_child
+    # Not a child of the runner (whose line the runner says): import dmlpatch.auto says what
+    # the runner would; an activated process speaks when a CUDA site asks.
+    return announce.resolved_when_asked if main else announce.resolved_unless_worker
 
 
 def started() -> bool:
