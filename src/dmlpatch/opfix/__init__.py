@@ -110,6 +110,7 @@ FAMILIES = (
     "half_on_host",
     "vision",
     "sliding_blocks",
+    "float64_draws",
 )
 
 
