@@ -203,7 +203,120 @@ def roi_align(
     return output.contiguous()
 
 
+def _round_half_away(value: torch.Tensor) -> torch.Tensor:
+    """C's ``round`` (halves away from zero), which torchvision's kernels use; torch.round
+    rounds halves to even."""
+    return torch.sign(value) * torch.floor(value.abs() + 0.5)
+
+
+def _pool_windows(
+    start: torch.Tensor, extent: torch.Tensor, pooled: int, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[K, pooled]`` first and past-the-end positions of each bin on one axis, as
+    torchvision's roi_pool places them (floor and ceil of the bin's edges, clamped)."""
+    bins = torch.arange(pooled, device=start.device, dtype=extent.dtype)
+    bin_size = extent[:, None] / pooled
+    first = torch.floor(bins[None, :] * bin_size) + start[:, None]
+    past = torch.ceil((bins[None, :] + 1) * bin_size) + start[:, None]
+    return first.clamp(0, size).long(), past.clamp(0, size).long()
+
+
+def roi_pool(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torchvision::roi_pool`` on the device: each bin's maximum and where it is (the first
+    in row-major order, as torchvision's loop finds it), 0 and -1 for an empty bin.
+
+    A rectangle's maximum is the maximum over its rows of each row's maximum, so the columns
+    are reduced first (one masked maximum per region, bin column and row) and then the rows;
+    the first maximum of the rectangle is the first row's reaching it, at that row's first."""
+    record("fixed", "torchvision::roi_pool")
+    _, channels, height, width = input.shape
+    regions = rois.shape[0]
+    if regions == 0:
+        empty = input.new_zeros((0, channels, pooled_height, pooled_width))
+        return empty, empty.long()
+    corners = _round_half_away(rois[:, 1:5] * spatial_scale)
+    start_w, start_h, end_w, end_h = corners.unbind(1)
+    roi_width = (end_w - start_w + 1).clamp(min=1)
+    roi_height = (end_h - start_h + 1).clamp(min=1)
+    top, bottom = _pool_windows(start_h, roi_height, pooled_height, height)
+    left, right = _pool_windows(start_w, roi_width, pooled_width, width)
+    rows = torch.arange(height, device=input.device)
+    columns = torch.arange(width, device=input.device)
+    in_rows = (rows[None, None, :] >= top[..., None]) & (rows[None, None, :] < bottom[..., None])
+    in_columns = (columns[None, None, :] >= left[..., None]) & (
+        columns[None, None, :] < right[..., None]
+    )  # [K, PW, W]
+    lowest = torch.tensor(float("-inf"), dtype=input.dtype, device=input.device)
+    images = rois[:, 0].long()
+    per_region = channels * height * pooled_width * width
+    chunk = max(1, _CHUNK_ELEMENTS // max(per_region, 1))
+    values, places = [], []
+    for first in range(0, regions, chunk):
+        last = min(first + chunk, regions)
+        picked = input[images[first:last]]  # [k, C, H, W]
+        # [k, C, H, PW, W] -> each row's maximum within each bin's columns.
+        masked = torch.where(in_columns[first:last, None, None], picked[:, :, :, None, :], lowest)
+        row_max, row_at = masked.max(-1)  # [k, C, H, PW]: first maximum of each row
+        # [k, C, PH, H, PW] -> the maximum over each bin's rows, the first row reaching it.
+        by_rows = torch.where(
+            in_rows[first:last, None, :, :, None], row_max[:, :, None, :, :], lowest
+        )
+        best, best_row = by_rows.max(3)  # [k, C, PH, PW]
+        best_column = (
+            row_at[:, :, None, :, :]
+            .expand_as(by_rows)
+            .gather(3, best_row[:, :, :, None, :])[:, :, :, 0, :]
+        )
+        values.append(best)
+        places.append(best_row * width + best_column)
+    output, argmax = torch.cat(values), torch.cat(places)
+    empty = (bottom <= top)[:, None, :, None] | (right <= left)[:, None, None, :]
+    output = torch.where(empty, torch.zeros((), dtype=input.dtype, device=input.device), output)
+    argmax = torch.where(empty, torch.full((), -1, dtype=torch.long, device=input.device), argmax)
+    return output.contiguous(), argmax.int().contiguous()
+
+
+def roi_pool_backward(
+    grad: torch.Tensor,
+    rois: torch.Tensor,
+    argmax: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    batch_size: int,
+    channels: int,
+    height: int,
+    width: int,
+) -> torch.Tensor:
+    """``torchvision::_roi_pool_backward``: each bin's gradient added at its maximum's place
+    (empty bins give nothing)."""
+    record("fixed", "torchvision::_roi_pool_backward")
+    grad_input = grad.new_zeros((batch_size, channels, height * width))
+    regions = rois.shape[0]
+    if regions == 0:
+        return grad_input.reshape(batch_size, channels, height, width)
+    places = argmax.long().reshape(regions, channels, -1)
+    found = places >= 0
+    flat = grad.reshape(regions, channels, -1) * found.to(grad.dtype)
+    # Regions of one image add into the same map: a flat index over (image, channel, place).
+    images = rois[:, 0].long()
+    offsets = (
+        images[:, None, None] * channels + torch.arange(channels, device=grad.device)[None, :, None]
+    ) * (height * width)
+    index = (offsets + places.clamp(min=0)).reshape(-1)
+    grad_input = grad_input.reshape(-1).scatter_add(0, index, flat.reshape(-1))
+    return grad_input.reshape(batch_size, channels, height, width)
+
+
 KERNELS = (
     Kernel("nms", nms, "fallback", namespace="torchvision"),
     Kernel("roi_align", roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"),
+    Kernel("roi_pool", roi_pool, "fallback", namespace="torchvision"),
+    Kernel("_roi_pool_backward", roi_pool_backward, "fallback", namespace="torchvision"),
 )

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torchvision
 from tests.e2e.opfix.helpers import close, without_fixes
-from torchvision.ops import batched_nms, nms, roi_align
+from torchvision.ops import batched_nms, nms, roi_align, roi_pool
 
 import dmlpatch.sim as sim
 from dmlpatch.opfix import vision
@@ -151,3 +151,30 @@ def test_a_detection_step_makes_no_copy(dev: torch.device) -> None:
     ops = sim.counters()["ops"]
     assert not any(name.startswith("torchvision::") for name in ops["fallback"]), ops["fallback"]
     assert {"torchvision::nms", "torchvision::roi_align"} <= set(ops["fixed"])
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
+def test_roi_pool_maxima_places_and_gradients_equal_the_cpu(
+    dev: torch.device, scale: float
+) -> None:
+    torch.manual_seed(0)
+    features = torch.randn(2, 5, 20, 24).round(decimals=1)  # ties: the first maximum counts
+    rois = torch.cat((ROIS, torch.tensor([[0, 2.5, 3.5, 2.5, 3.5]])))  # halves round away
+    expected_values, expected_places = torch.ops.torchvision.roi_pool(features, rois, scale, 7, 5)
+    expected_input = features.clone().requires_grad_()
+    expected = roi_pool(expected_input, rois, (7, 5), scale)
+    upstream = torch.randn_like(expected)
+    expected.backward(upstream)
+    on_device = features.to(dev).requires_grad_()
+    sim.reset_counters()
+    values, places = torch.ops.torchvision.roi_pool(features.to(dev), rois.to(dev), scale, 7, 5)
+    roi_pool(on_device, rois.to(dev), (7, 5), scale).backward(upstream.to(dev))
+    counters = sim.counters()
+    assert torch.equal(values.cpu(), expected_values)
+    assert places.dtype == expected_places.dtype and torch.equal(places.cpu(), expected_places)
+    assert on_device.grad is not None and expected_input.grad is not None
+    assert torch.equal(on_device.grad.cpu(), expected_input.grad)
+    assert counters["ops"]["fallback"] == {}
+    assert {"torchvision::roi_pool", "torchvision::_roi_pool_backward"} <= set(
+        counters["ops"]["fixed"]
+    )
