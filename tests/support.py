@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -15,6 +16,10 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
+#: dmlpatch's first-run notice (dmlpatch.rewriting.preparation).
+FIRST_RUN = re.compile(
+    r"^dmlpatch: (first run after installing or upgrading|preparing) .* for DirectML"
+)
 
 
 @dataclass
@@ -25,7 +30,11 @@ class Result:
 
     @property
     def err_lines(self) -> list[str]:
-        return [line for line in self.err.splitlines() if line.strip()]
+        """stderr's lines but blank ones and the first-run notice (said when preparing
+        modules takes a second: whether it does depends on what earlier tests cached)."""
+        return [
+            line for line in self.err.splitlines() if line.strip() and not FIRST_RUN.search(line)
+        ]
 
     def program_err(self) -> str:
         """stderr without dmlpatch's own lines (to compare with a plain run)."""

@@ -309,7 +309,7 @@ def test_case(case: Case, box: Box) -> None:
     assert result.code == case.code, result.err
     assert "Traceback" not in result.err
     assert result.out == case.out
-    said = [line for line in result.err.splitlines() if line.startswith("dmlpatch:")]
+    said = [line for line in result.err_lines if line.startswith("dmlpatch:")]
     assert said == [line.format(box=box) for line in case.lines]
     assert result.err_lines == said  # nothing but dmlpatch's lines
     assert os.listdir(box.work) == []

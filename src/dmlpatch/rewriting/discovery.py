@@ -37,6 +37,7 @@ import atexit
 import marshal
 import os
 import sys
+import time
 
 from dmlpatch.paths import cache_subdirectory, file_tag
 from dmlpatch.record import DISCOVERED
@@ -189,12 +190,27 @@ class Discovery:
 
     @staticmethod
     def _examine(index: _Index, origin: str, stamp: tuple[int, int]) -> Verdict:
+        started = time.perf_counter()
         source = _source(origin)
         if source is None:
             return Verdict(0, ())
         verdict = _examine(source, origin)
         index.put(origin, stamp, freshness.source_hash(source), verdict)
+        from dmlpatch.rewriting import preparation
+
+        preparation.charge(_module_name(origin), time.perf_counter() - started)
         return verdict
+
+
+def _module_name(origin: str) -> str:
+    """The top-level package an examined file belongs to, as far as its path tells (the
+    directory under site-packages, else the file's own name)."""
+    parts = origin.replace(os.sep, "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts[:-1]:
+            after = parts[parts.index(marker) + 1 :]
+            return after[0].removesuffix(".py") if after else origin
+    return os.path.splitext(os.path.basename(origin))[0]
 
 
 def _source(origin: str) -> Optional[bytes]:

@@ -20,6 +20,7 @@ import atexit
 import importlib.machinery
 import os
 import sys
+import time
 import types
 
 from dmlpatch import log, record
@@ -315,12 +316,16 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         if hit is not None:
             code, sites = hit
         else:
+            started = time.perf_counter()
             if source is None:
                 source = self.get_data(source_path)
             code, sites = self._rewrite_and_compile(source, source_path)
             if cache_path is not None and not sys.dont_write_bytecode:
                 source_hash = checked_hash or freshness.source_hash(source)
                 bytecode_cache.write(cache_path, stamp, source_hash, code, sites, status.st_mode)
+            from dmlpatch.rewriting import preparation
+
+            preparation.charge(fullname, time.perf_counter() - started)
         _account(target, sites, cached=hit is not None)
         _rewritten.add(fullname)
         return code
