@@ -153,15 +153,70 @@ def roi_align(
 ) -> torch.Tensor:
     """``torchvision::roi_align`` on the device (differentiable: registered for autograd)."""
     record("fixed", "torchvision::roi_align")
+    offset = 0.5 if aligned else 0.0
+    return _sampled_average(
+        input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, offset, aligned
+    )
+
+
+def ps_roi_align(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torchvision::ps_roi_align`` on the device (differentiable: registered for autograd).
+
+    Position-sensitive: output channel ``c`` of bin ``(i, j)`` averages input channel
+    ``(c * PH + i) * PW + j``, with roi_align's samples (offset by half a pixel, no minimum
+    size, the count of samples unclamped as torchvision's kernel has it). Every channel is
+    pooled over every bin, then each bin keeps its own channel: PH * PW times the products
+    needed, in exchange for no gather."""
+    record("fixed", "torchvision::ps_roi_align")
+    channels = input.shape[1]
+    bins = pooled_height * pooled_width
+    if channels % bins:
+        raise RuntimeError("input channels must be a multiple of pooling height * pooling width")
+    every = _sampled_average(
+        input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, 0.5, True,
+        clamp_count=False,
+    )  # fmt: skip
+    regions, channels_out = every.shape[0], channels // bins
+    split = every.reshape(regions, channels_out, pooled_height, pooled_width, *every.shape[2:])
+    # [k, C_out, PH (input's), PW (input's), PH, PW] -> the entries where both bins agree.
+    # (Each diagonal goes last: PH, then PW.)
+    output = torch.diagonal(torch.diagonal(split, 0, 2, 4), 0, 2, 3).contiguous()
+    mapping = torch.arange(channels, device=input.device, dtype=torch.int32)
+    mapping = mapping.reshape(1, channels_out, pooled_height, pooled_width).expand(
+        regions, -1, -1, -1
+    )
+    return output, mapping.contiguous()
+
+
+def _sampled_average(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    sampling_ratio: int,
+    offset: float,
+    exact_extent: bool,
+    clamp_count: bool = True,
+) -> torch.Tensor:
+    """``[K, C, PH, PW]``: each bin's average of bilinear samples, as torchvision's roi_align
+    kernel takes them (``exact_extent``: a region smaller than a pixel keeps its size, else it
+    is widened to one)."""
     batch, channels, height, width = input.shape
     regions = rois.shape[0]
     if regions == 0:
         return input.new_zeros((0, channels, pooled_height, pooled_width))
-    offset = 0.5 if aligned else 0.0
     boxes = rois[:, 1:5] * spatial_scale - offset
     start_w, start_h, end_w, end_h = boxes.unbind(1)
     roi_width, roi_height = end_w - start_w, end_h - start_h
-    if not aligned:
+    if not exact_extent:
         roi_width, roi_height = roi_width.clamp(min=1.0), roi_height.clamp(min=1.0)
     bin_h, bin_w = roi_height / pooled_height, roi_width / pooled_width
     if sampling_ratio > 0:
@@ -174,7 +229,9 @@ def roi_align(
         most_h, most_w = max(int(most[0]), 1), max(int(most[1]), 1)
     rows = _interpolation(start_h, bin_h, grid_h, most_h, pooled_height, height)
     columns = _interpolation(start_w, bin_w, grid_w, most_w, pooled_width, width)
-    count = (grid_h * grid_w).clamp(min=1)
+    count = grid_h * grid_w
+    if clamp_count:
+        count = count.clamp(min=1)
     # Regions grouped by image (torchvision already lists them so; the sort is stable), so
     # that each group's row product is one matrix product with its image: no per-region copy
     # of the feature map. One host read gives the group sizes.
@@ -317,6 +374,9 @@ def roi_pool_backward(
 KERNELS = (
     Kernel("nms", nms, "fallback", namespace="torchvision"),
     Kernel("roi_align", roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"),
+    Kernel(
+        "ps_roi_align", ps_roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"
+    ),
     Kernel("roi_pool", roi_pool, "fallback", namespace="torchvision"),
     Kernel("_roi_pool_backward", roi_pool_backward, "fallback", namespace="torchvision"),
 )

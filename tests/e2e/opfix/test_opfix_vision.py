@@ -11,7 +11,7 @@ import pytest
 import torch
 import torchvision
 from tests.e2e.opfix.helpers import close, without_fixes
-from torchvision.ops import batched_nms, nms, roi_align, roi_pool
+from torchvision.ops import batched_nms, nms, ps_roi_align, roi_align, roi_pool
 
 import dmlpatch.sim as sim
 from dmlpatch.opfix import vision
@@ -178,3 +178,33 @@ def test_roi_pool_maxima_places_and_gradients_equal_the_cpu(
     assert {"torchvision::roi_pool", "torchvision::_roi_pool_backward"} <= set(
         counters["ops"]["fixed"]
     )
+
+
+@pytest.mark.parametrize("sampling_ratio", [-1, 0, 2])
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_ps_roi_align_forward_backward_and_mapping_equal_the_cpu(
+    dev: torch.device, sampling_ratio: int, scale: float
+) -> None:
+    torch.manual_seed(0)
+    features = torch.randn(2, 2 * 3 * 4, 20, 24)  # 2 output channels of 3x4 bins
+    expected_input = features.clone().requires_grad_()
+    expected = ps_roi_align(expected_input, ROIS, (3, 4), scale, sampling_ratio)
+    upstream = torch.randn_like(expected)
+    expected.backward(upstream)
+    _, expected_mapping = torch.ops.torchvision.ps_roi_align(
+        features, ROIS, scale, 3, 4, sampling_ratio
+    )
+    on_device = features.to(dev).requires_grad_()
+    sim.reset_counters()
+    got = ps_roi_align(on_device, ROIS.to(dev), (3, 4), scale, sampling_ratio)
+    got.backward(upstream.to(dev))
+    _, mapping = torch.ops.torchvision.ps_roi_align(
+        features.to(dev), ROIS.to(dev), scale, 3, 4, sampling_ratio
+    )
+    counters = sim.counters()
+    assert close(got.detach(), expected.detach())
+    assert on_device.grad is not None and expected_input.grad is not None
+    assert close(on_device.grad, expected_input.grad)
+    assert mapping.dtype == expected_mapping.dtype
+    assert torch.equal(mapping.cpu(), expected_mapping)
+    assert counters["ops"]["fallback"] == {}
