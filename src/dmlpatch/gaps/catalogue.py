@@ -569,7 +569,7 @@ FAILURES: tuple[Failure, ...] = (
         "detection-ops",
         "torchvision's detection operators on the device: nms (batched_nms, every detector's "
         "post-processing), roi_align (Faster/Mask R-CNN's box and mask heads), roi_pool (Fast "
-        "R-CNN's), ps_roi_align (R-FCN's) and their backwards",
+        "R-CNN's), ps_roi_align and ps_roi_pool (R-FCN's) and their backwards",
         "The operator 'torchvision::nms' is not currently supported on the DML backend and will "
         "fall back to run on the CPU. This may have performance implications.",
         "torchvision ships CPU and CUDA kernels only; ultralytics' validation (#602 thread) and "
@@ -582,6 +582,8 @@ FAILURES: tuple[Failure, ...] = (
             "torchvision::_roi_pool_backward",
             "torchvision::ps_roi_align",
             "torchvision::_ps_roi_align_backward",
+            "torchvision::ps_roi_pool",
+            "torchvision::_ps_roi_pool_backward",
         ),
         "op list",
         "torchvision's operators are in no list of DirectML's kernels: they fall back",
@@ -589,9 +591,8 @@ FAILURES: tuple[Failure, ...] = (
         "dmlpatch.opfix.vision: nms as a fixed point of greedy suppression (torchvision's "
         "indices), roi_align as two batched matrix products with the bins' interpolation "
         "matrices, differentiated by autograd; roi_pool as a maximum over rows of the rows' "
-        "maxima, its backward a scatter-add at the maxima; ps_roi_align as roi_align over "
-        "every channel, each bin keeping its own; ps_roi_pool and deform_conv2d still fall "
-        "back",
+        "maxima, its backward a scatter-add at the maxima; ps_roi_align and ps_roi_pool "
+        "over every channel, each bin keeping its own; deform_conv2d still falls back",
     ),
     Failure(
         "torch-compile",

@@ -183,16 +183,7 @@ def ps_roi_align(
         input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, 0.5, True,
         clamp_count=False,
     )  # fmt: skip
-    regions, channels_out = every.shape[0], channels // bins
-    split = every.reshape(regions, channels_out, pooled_height, pooled_width, *every.shape[2:])
-    # [k, C_out, PH (input's), PW (input's), PH, PW] -> the entries where both bins agree.
-    # (Each diagonal goes last: PH, then PW.)
-    output = torch.diagonal(torch.diagonal(split, 0, 2, 4), 0, 2, 3).contiguous()
-    mapping = torch.arange(channels, device=input.device, dtype=torch.int32)
-    mapping = mapping.reshape(1, channels_out, pooled_height, pooled_width).expand(
-        regions, -1, -1, -1
-    )
-    return output, mapping.contiguous()
+    return _own_bins(every, channels, pooled_height, pooled_width)
 
 
 def _sampled_average(
@@ -209,7 +200,7 @@ def _sampled_average(
     """``[K, C, PH, PW]``: each bin's average of bilinear samples, as torchvision's roi_align
     kernel takes them (``exact_extent``: a region smaller than a pixel keeps its size, else it
     is widened to one)."""
-    batch, channels, height, width = input.shape
+    _, channels, height, width = input.shape
     regions = rois.shape[0]
     if regions == 0:
         return input.new_zeros((0, channels, pooled_height, pooled_width))
@@ -232,9 +223,21 @@ def _sampled_average(
     count = grid_h * grid_w
     if clamp_count:
         count = count.clamp(min=1)
-    # Regions grouped by image (torchvision already lists them so; the sort is stable), so
-    # that each group's row product is one matrix product with its image: no per-region copy
-    # of the feature map. One host read gives the group sizes.
+    pooled = _separable_products(input, rois, rows, columns)
+    return (pooled / count[:, None, None, None]).contiguous()
+
+
+def _separable_products(
+    input: torch.Tensor, rois: torch.Tensor, rows: torch.Tensor, columns: torch.Tensor
+) -> torch.Tensor:
+    """``[K, C, PH, PW]``: ``rows[k] @ input[image of k, c] @ columns[k].T`` for every region
+    ``k`` and channel ``c`` (``rows``: ``[K, PH, H]``, ``columns``: ``[K, PW, W]``).
+
+    Regions are grouped by image (torchvision already lists them so; the sort is stable), so
+    that each group's row product is one matrix product with its image: no per-region copy of
+    the feature map. One host read gives the group sizes."""
+    batch, channels, height, width = input.shape
+    pooled_height, pooled_width = rows.shape[1], columns.shape[1]
     images = rois[:, 0].long()
     # sort, not argsort: torch 2.4's argsort(stable=True) is an operator DirectML lacks.
     order = torch.sort(images, stable=True).indices
@@ -248,16 +251,15 @@ def _sampled_average(
     for image, size in enumerate(sizes):
         for first in range(first_of_image, first_of_image + size, chunk):
             last = min(first + chunk, first_of_image + size)
-            regions_here = last - first
-            across = rows[first:last].reshape(regions_here * pooled_height, height) @ by_rows[image]
-            across = across.reshape(regions_here, pooled_height * channels, width)
+            here = last - first
+            across = rows[first:last].reshape(here * pooled_height, height) @ by_rows[image]
+            across = across.reshape(here, pooled_height * channels, width)
             pooled = torch.bmm(across, columns[first:last].transpose(1, 2))  # [k, PH * C, PW]
-            pieces.append(pooled.reshape(regions_here, pooled_height, channels, pooled_width))
+            pieces.append(pooled.reshape(here, pooled_height, channels, pooled_width))
         first_of_image += size
     ordered = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
     unordered = torch.sort(order, stable=True).indices
-    output = ordered[unordered].permute(0, 2, 1, 3) / count[:, None, None, None]
-    return output.contiguous()
+    return ordered[unordered].permute(0, 2, 1, 3)
 
 
 def _round_half_away(value: torch.Tensor) -> torch.Tensor:
@@ -371,6 +373,123 @@ def roi_pool_backward(
     return grad_input.reshape(batch_size, channels, height, width)
 
 
+def _own_bins(
+    every: torch.Tensor, channels: int, pooled_height: int, pooled_width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Of ``[K, C, PH, PW]`` pooled over every channel, the position-sensitive output
+    ``[K, C / (PH * PW), PH, PW]`` (bin ``(i, j)`` of output channel ``c`` from input channel
+    ``(c * PH + i) * PW + j``) and torchvision's channel mapping."""
+    regions, channels_out = every.shape[0], channels // (pooled_height * pooled_width)
+    split = every.reshape(regions, channels_out, pooled_height, pooled_width, *every.shape[2:])
+    # [k, C_out, PH (input's), PW (input's), PH, PW] -> the entries where both bins agree
+    # (each diagonal goes last: PH, then PW).
+    output = torch.diagonal(torch.diagonal(split, 0, 2, 4), 0, 2, 3).contiguous()
+    mapping = torch.arange(channels, device=every.device, dtype=torch.int32)
+    mapping = mapping.reshape(1, channels_out, pooled_height, pooled_width)
+    return output, mapping.expand(regions, -1, -1, -1).contiguous()
+
+
+def _windows(
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    height: int,
+    width: int,
+    last: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ps_roi_pool's bins as indicator matrices ``[K, PH, H]``, ``[K, PW, W]`` and their
+    areas ``[K, PH, PW]`` (0: empty), edges clamped to ``[0, size - last]``: torchvision's
+    forward clamps to the last position, its backward to the size."""
+    corners = _round_half_away(rois[:, 1:5] * spatial_scale)
+    start_w, start_h, end_w, end_h = corners.unbind(1)
+    sides = []
+    for start, end, pooled, size in (
+        (start_h, end_h, pooled_height, height),
+        (start_w, end_w, pooled_width, width),
+    ):
+        extent = (end - start).clamp(min=1)
+        bins = torch.arange(pooled, device=rois.device, dtype=extent.dtype)
+        bin_size = extent[:, None] / pooled
+        first = (torch.floor(bins[None, :] * bin_size) + start[:, None]).clamp(0, size - last)
+        past = (torch.ceil((bins[None, :] + 1) * bin_size) + start[:, None]).clamp(0, size - last)
+        positions = torch.arange(size, device=rois.device, dtype=extent.dtype)
+        inside = (positions >= first[..., None]) & (positions < past[..., None])
+        sides.append((inside.to(rois.dtype), (past - first).clamp(min=0)))
+    (rows, tall), (columns, wide) = sides
+    return rows, columns, tall[:, :, None] * wide[:, None, :]
+
+
+def ps_roi_pool(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torchvision::ps_roi_pool`` on the device: each bin's mean over its window of its own
+    channel, as the products of :func:`_separable_products` with indicator matrices."""
+    record("fixed", "torchvision::ps_roi_pool")
+    _, channels, height, width = input.shape
+    if channels % (pooled_height * pooled_width):
+        raise RuntimeError("input channels must be a multiple of pooling height * pooling width")
+    if rois.shape[0] == 0:
+        every = input.new_zeros((0, channels, pooled_height, pooled_width))
+        return _own_bins(every, channels, pooled_height, pooled_width)
+    rows, columns, area = _windows(
+        rois, spatial_scale, pooled_height, pooled_width, height, width, last=1
+    )
+    sums, mapping = _own_bins(
+        _separable_products(input, rois, rows, columns), channels, pooled_height, pooled_width
+    )
+    empty = (area <= 0)[:, None]
+    mean = sums / torch.where(empty, torch.ones_like(area[:, None]), area[:, None])
+    return torch.where(empty, torch.zeros_like(mean), mean), mapping
+
+
+def ps_roi_pool_backward(
+    grad: torch.Tensor,
+    rois: torch.Tensor,
+    channel_mapping: torch.Tensor,
+    spatial_scale: float,
+    pooled_height: int,
+    pooled_width: int,
+    batch_size: int,
+    channels: int,
+    height: int,
+    width: int,
+) -> torch.Tensor:
+    """``torchvision::_ps_roi_pool_backward``: each bin's gradient spread evenly over its
+    window (torchvision's backward windows reach the last row and column, its forward's do
+    not: kept as it computes them), summed over the regions of each image."""
+    record("fixed", "torchvision::_ps_roi_pool_backward")
+    grad_input = grad.new_zeros((batch_size, channels, height, width))
+    regions = rois.shape[0]
+    if regions == 0:
+        return grad_input
+    rows, columns, area = _windows(
+        rois, spatial_scale, pooled_height, pooled_width, height, width, last=0
+    )
+    empty = area <= 0
+    share = grad / torch.where(empty, torch.ones_like(area), area)[:, None]
+    share = torch.where(empty[:, None], torch.zeros_like(share), share)  # [K, C_out, PH, PW]
+    channels_out = channels // (pooled_height * pooled_width)
+    # Per input channel c = (c_out * PH + i) * PW + j: sum over regions k of its image of
+    # share[k, c_out, i, j] * rows[k, i]^T columns[k, j], one batched product per image.
+    weighted = share[..., None] * rows[:, None, :, None, :]  # [K, C_out, PH, PW, H]
+    weighted = weighted.reshape(regions, channels, height)
+    # [K, C_out, PH, PW, W]: bin j's column window, for every output channel and row bin.
+    spread = columns[:, None, None].expand(regions, channels_out, pooled_height, -1, -1)
+    spread = spread.reshape(regions, channels, width)
+    images = rois[:, 0].long()
+    for image in range(batch_size):
+        mine = images == image
+        a = weighted[mine].permute(1, 2, 0)  # [C, H, k]
+        b = spread[mine].permute(1, 0, 2)  # [C, k, W]
+        grad_input[image] += torch.bmm(a, b)
+    return grad_input
+
+
 KERNELS = (
     Kernel("nms", nms, "fallback", namespace="torchvision"),
     Kernel("roi_align", roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"),
@@ -378,5 +497,7 @@ KERNELS = (
         "ps_roi_align", ps_roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"
     ),
     Kernel("roi_pool", roi_pool, "fallback", namespace="torchvision"),
+    Kernel("ps_roi_pool", ps_roi_pool, "fallback", namespace="torchvision"),
+    Kernel("_ps_roi_pool_backward", ps_roi_pool_backward, "fallback", namespace="torchvision"),
     Kernel("_roi_pool_backward", roi_pool_backward, "fallback", namespace="torchvision"),
 )

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torchvision
 from tests.e2e.opfix.helpers import close, without_fixes
-from torchvision.ops import batched_nms, nms, ps_roi_align, roi_align, roi_pool
+from torchvision.ops import batched_nms, nms, ps_roi_align, ps_roi_pool, roi_align, roi_pool
 
 import dmlpatch.sim as sim
 from dmlpatch.opfix import vision
@@ -208,3 +208,33 @@ def test_ps_roi_align_forward_backward_and_mapping_equal_the_cpu(
     assert mapping.dtype == expected_mapping.dtype
     assert torch.equal(mapping.cpu(), expected_mapping)
     assert counters["ops"]["fallback"] == {}
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
+def test_ps_roi_pool_means_gradients_and_mapping_equal_the_cpu(
+    dev: torch.device, scale: float
+) -> None:
+    torch.manual_seed(0)
+    features = torch.randn(2, 2 * 3 * 4, 20, 24)
+    rois = torch.cat((ROIS, torch.tensor([[0, 2.5, 3.5, 2.5, 3.5]])))
+    expected_input = features.clone().requires_grad_()
+    expected = ps_roi_pool(expected_input, rois, (3, 4), scale)
+    upstream = torch.randn_like(expected)
+    expected.backward(upstream)
+    _, expected_mapping = torch.ops.torchvision.ps_roi_pool(features, rois, scale, 3, 4)
+    on_device = features.to(dev).requires_grad_()
+    sim.reset_counters()
+    got = ps_roi_pool(on_device, rois.to(dev), (3, 4), scale)
+    got.backward(upstream.to(dev))
+    _, mapping = torch.ops.torchvision.ps_roi_pool(features.to(dev), rois.to(dev), scale, 3, 4)
+    counters = sim.counters()
+    assert close(got.detach(), expected.detach())
+    assert on_device.grad is not None and expected_input.grad is not None
+    # torchvision's backward windows reach the last row and column where its forward's stop
+    # short: the gradient is torchvision's, not the forward's exact adjoint.
+    assert close(on_device.grad, expected_input.grad)
+    assert torch.equal(mapping.cpu(), expected_mapping)
+    assert counters["ops"]["fallback"] == {}
+    assert {"torchvision::ps_roi_pool", "torchvision::_ps_roi_pool_backward"} <= set(
+        counters["ops"]["fixed"]
+    )
