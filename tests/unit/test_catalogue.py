@@ -199,6 +199,7 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/opfix/test_opfix_vision.py::test_roi_pool_maxima_places_and_gradients_equal_the_cpu",
         "tests/e2e/opfix/test_opfix_vision.py::test_ps_roi_align_forward_backward_and_mapping_equal_the_cpu",
         "tests/e2e/opfix/test_opfix_vision.py::test_ps_roi_pool_means_gradients_and_mapping_equal_the_cpu",
+        "tests/e2e/opfix/test_opfix_vision.py::test_deform_conv2d_and_every_gradient_equal_the_cpu",
     ],
     "torch-compile": [
         "tests/e2e/libraries/test_compile.py::test_without_dmlpatch_inductor_refuses_the_device",

@@ -569,7 +569,8 @@ FAILURES: tuple[Failure, ...] = (
         "detection-ops",
         "torchvision's detection operators on the device: nms (batched_nms, every detector's "
         "post-processing), roi_align (Faster/Mask R-CNN's box and mask heads), roi_pool (Fast "
-        "R-CNN's), ps_roi_align and ps_roi_pool (R-FCN's) and their backwards",
+        "R-CNN's), ps_roi_align and ps_roi_pool (R-FCN's), deform_conv2d (deformable "
+        "convolutions, DCNv1/v2) and their backwards",
         "The operator 'torchvision::nms' is not currently supported on the DML backend and will "
         "fall back to run on the CPU. This may have performance implications.",
         "torchvision ships CPU and CUDA kernels only; ultralytics' validation (#602 thread) and "
@@ -584,6 +585,8 @@ FAILURES: tuple[Failure, ...] = (
             "torchvision::_ps_roi_align_backward",
             "torchvision::ps_roi_pool",
             "torchvision::_ps_roi_pool_backward",
+            "torchvision::deform_conv2d",
+            "torchvision::_deform_conv2d_backward",
         ),
         "op list",
         "torchvision's operators are in no list of DirectML's kernels: they fall back",
@@ -592,7 +595,8 @@ FAILURES: tuple[Failure, ...] = (
         "indices), roi_align as two batched matrix products with the bins' interpolation "
         "matrices, differentiated by autograd; roi_pool as a maximum over rows of the rows' "
         "maxima, its backward a scatter-add at the maxima; ps_roi_align and ps_roi_pool "
-        "over every channel, each bin keeping its own; deform_conv2d still falls back",
+        "over every channel, each bin keeping its own; deform_conv2d as four weighted "
+        "gathers of the image and a grouped matrix product, differentiated by autograd",
     ),
     Failure(
         "torch-compile",

@@ -1,8 +1,9 @@
-"""torchvision's detection operators on the device: ``nms`` and ``roi_align``.
+"""torchvision's detection operators on the device: ``nms``, ``roi_align``, ``roi_pool``,
+``ps_roi_align``, ``ps_roi_pool`` and ``deform_conv2d``.
 
 torchvision ships CPU and CUDA kernels only, so on DirectML every call runs through the CPU
 fallback: Faster R-CNN's ``nms`` (8 calls a step) and ``roi_align`` with its backward (6 and 4)
-copied 225 MB to the host and back per training step. Both are composed here of operators
+copied 225 MB to the host and back per training step. They are composed here of operators
 DirectML has, registered for ``torchvision::`` on ``PrivateUse1`` (before torchvision is
 imported, if it is: the dispatcher takes an implementation ahead of the operator's schema).
 
@@ -18,6 +19,13 @@ imported, if it is: the dispatcher takes an implementation ahead of the operator
   (``sampling_ratio <= 0``) the largest grid. The products do more arithmetic than the CPU
   kernel's loops (each row product runs over the whole map's height): cheap on a GPU, slower
   than the fallback on the simulator's CPU kernels (``benchmarks/vision_ops.py``).
+- ``roi_pool``: a rectangle's maximum is the maximum of its rows' maxima (and the first in
+  row-major order is the first row's reaching it, at that row's first); the backward adds each
+  bin's gradient at its maximum.
+- ``ps_roi_align`` / ``ps_roi_pool``: every channel pooled over every bin (sample averages, or
+  window sums with indicator matrices), each bin then keeping its own channel.
+- ``deform_conv2d``: each kernel tap read at its offset by four weighted gathers, the columns
+  multiplied by the weight group by group; autograd differentiates it all.
 """
 
 from __future__ import annotations
@@ -490,11 +498,85 @@ def ps_roi_pool_backward(
     return grad_input
 
 
+def deform_conv2d(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    offset: torch.Tensor,
+    mask: torch.Tensor,
+    bias: torch.Tensor,
+    stride_h: int,
+    stride_w: int,
+    pad_h: int,
+    pad_w: int,
+    dilation_h: int,
+    dilation_w: int,
+    groups: int,
+    offset_groups: int,
+    use_mask: bool,
+) -> torch.Tensor:
+    """``torchvision::deform_conv2d`` on the device (differentiable: registered for autograd).
+
+    Each kernel tap reads the input at its offset position by bilinear interpolation, as
+    torchvision's kernel does (a sample at or beyond one pixel outside the image is 0, and
+    corners outside it count 0): four gathers of the image with their weights give the
+    columns of a convolution, optionally scaled by the mask, which the weight multiplies
+    group by group. Autograd's derivatives of the gathers and weights are torchvision's
+    formulas for the input, offset and mask gradients."""
+    record("fixed", "torchvision::deform_conv2d")
+    batch, channels, height, width = input.shape
+    out_channels, _, kernel_h, kernel_w = weight.shape
+    out_h = (height + 2 * pad_h - (dilation_h * (kernel_h - 1) + 1)) // stride_h + 1
+    out_w = (width + 2 * pad_w - (dilation_w * (kernel_w - 1) + 1)) // stride_w + 1
+    taps, places = kernel_h * kernel_w, out_h * out_w
+    device, dtype = input.device, input.dtype
+    shifts = offset.reshape(batch, offset_groups, taps, 2, out_h, out_w)
+    tap_y = (torch.arange(kernel_h, device=device) * dilation_h).repeat_interleave(kernel_w)
+    tap_x = (torch.arange(kernel_w, device=device) * dilation_w).repeat(kernel_h)
+    row = torch.arange(out_h, device=device) * stride_h - pad_h
+    column = torch.arange(out_w, device=device) * stride_w - pad_w
+    # [N, G, taps, out_h, out_w]: where each tap reads.
+    y = (tap_y[:, None, None] + row[None, :, None]).to(dtype) + shifts[:, :, :, 0]
+    x = (tap_x[:, None, None] + column[None, None, :]).to(dtype) + shifts[:, :, :, 1]
+    inside = (y > -1) & (y < height) & (x > -1) & (x < width)
+    low_y, low_x = torch.floor(y), torch.floor(x)
+    frac_y, frac_x = y - low_y, x - low_x
+    per_group = channels // offset_groups
+    image = input.reshape(batch, offset_groups, per_group, height * width)
+    columns = None
+    for step_y, weight_y in ((0, 1 - frac_y), (1, frac_y)):
+        for step_x, weight_x in ((0, 1 - frac_x), (1, frac_x)):
+            at_y, at_x = low_y + step_y, low_x + step_x
+            counts = inside & (at_y >= 0) & (at_y < height) & (at_x >= 0) & (at_x < width)
+            index = (at_y.clamp(0, height - 1) * width + at_x.clamp(0, width - 1)).long()
+            index = index.reshape(batch, offset_groups, 1, taps * places)
+            read = image.gather(3, index.expand(-1, -1, per_group, -1))
+            share = (weight_y * weight_x * counts.to(dtype)).reshape(
+                batch, offset_groups, 1, taps * places
+            )
+            term = read * share
+            columns = term if columns is None else columns + term
+    assert columns is not None
+    if use_mask:
+        columns = columns * mask.reshape(batch, offset_groups, 1, taps * places)
+    # [N, groups, C / groups * taps, places]: rows c * taps + tap, as im2col orders them.
+    columns = columns.reshape(batch, groups, (channels // groups) * taps, places)
+    kernels = weight.reshape(groups, out_channels // groups, (channels // groups) * taps)
+    output = torch.matmul(kernels[None], columns).reshape(batch, out_channels, out_h, out_w)
+    return output + bias[None, :, None, None]
+
+
 KERNELS = (
     Kernel("nms", nms, "fallback", namespace="torchvision"),
     Kernel("roi_align", roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"),
     Kernel(
         "ps_roi_align", ps_roi_align, "fallback", key="AutogradPrivateUse1", namespace="torchvision"
+    ),
+    Kernel(
+        "deform_conv2d",
+        deform_conv2d,
+        "fallback",
+        key="AutogradPrivateUse1",
+        namespace="torchvision",
     ),
     Kernel("roi_pool", roi_pool, "fallback", namespace="torchvision"),
     Kernel("ps_roi_pool", ps_roi_pool, "fallback", namespace="torchvision"),

@@ -11,7 +11,15 @@ import pytest
 import torch
 import torchvision
 from tests.e2e.opfix.helpers import close, without_fixes
-from torchvision.ops import batched_nms, nms, ps_roi_align, ps_roi_pool, roi_align, roi_pool
+from torchvision.ops import (
+    batched_nms,
+    deform_conv2d,
+    nms,
+    ps_roi_align,
+    ps_roi_pool,
+    roi_align,
+    roi_pool,
+)
 
 import dmlpatch.sim as sim
 from dmlpatch.opfix import vision
@@ -238,3 +246,59 @@ def test_ps_roi_pool_means_gradients_and_mapping_equal_the_cpu(
     assert {"torchvision::ps_roi_pool", "torchvision::_ps_roi_pool_backward"} <= set(
         counters["ops"]["fixed"]
     )
+
+
+@pytest.mark.parametrize(
+    ("stride", "padding", "dilation", "groups", "offset_groups", "use_mask"),
+    [
+        (1, 0, 1, 1, 1, False),
+        (1, 1, 1, 1, 1, True),  # DCNv2: modulated
+        (2, 1, 2, 2, 2, True),
+        (1, 2, 1, 1, 2, False),
+    ],
+)
+def test_deform_conv2d_and_every_gradient_equal_the_cpu(
+    dev: torch.device,
+    stride: int,
+    padding: int,
+    dilation: int,
+    groups: int,
+    offset_groups: int,
+    use_mask: bool,
+) -> None:
+    torch.manual_seed(0)
+    batch, channels, height, width, out_channels, kernel = 2, 4, 9, 10, 6, 3
+    span = dilation * (kernel - 1) + 1
+    out_h = (height + 2 * padding - span) // stride + 1
+    out_w = (width + 2 * padding - span) // stride + 1
+    taps = offset_groups * kernel * kernel
+    leaves = {
+        "input": torch.randn(batch, channels, height, width),
+        "offset": torch.randn(batch, 2 * taps, out_h, out_w) * 2,  # reaching past the border
+        "weight": torch.randn(out_channels, channels // groups, kernel, kernel),
+        "bias": torch.randn(out_channels),
+    }
+    if use_mask:
+        leaves["mask"] = torch.rand(batch, taps, out_h, out_w)
+
+    def run(on: dict[str, torch.Tensor]) -> torch.Tensor:
+        return deform_conv2d(
+            on["input"], on["offset"], on["weight"], on["bias"], stride=stride,
+            padding=padding, dilation=dilation, mask=on.get("mask"),
+        )  # fmt: skip
+
+    expected_leaves = {name: value.clone().requires_grad_() for name, value in leaves.items()}
+    expected = run(expected_leaves)
+    upstream = torch.randn_like(expected)
+    expected.backward(upstream)
+    device_leaves = {name: value.to(dev).requires_grad_() for name, value in leaves.items()}
+    sim.reset_counters()
+    got = run(device_leaves)
+    got.backward(upstream.to(dev))
+    counters = sim.counters()
+    assert close(got.detach(), expected.detach())
+    for name, leaf in device_leaves.items():
+        assert leaf.grad is not None and expected_leaves[name].grad is not None
+        assert close(leaf.grad, expected_leaves[name].grad), name
+    assert counters["ops"]["fallback"] == {}
+    assert "torchvision::deform_conv2d" in counters["ops"]["fixed"]
