@@ -72,23 +72,11 @@ def _uniform(tensor: torch.Tensor, generator: Any) -> torch.Tensor:
     return tensor.uniform_(0.0, 1.0, generator=generator)
 
 
-def _normal(
-    mean: float,
-    std: float,
-    size: Sequence[int],
-    *,
-    generator: Optional[torch.Generator] = None,
-    dtype: Optional[torch.dtype] = None,
-    layout: Optional[torch.layout] = None,
-    device: Optional[torch.device] = None,
-    pin_memory: Optional[bool] = None,
-) -> torch.Tensor:
-    if _on_host(device, dtype, generator):
-        record("fixed", "aten::normal.float_float")
-        drawn = torch.empty(list(size), dtype=_FLOAT64).normal_(mean, std, generator=generator)
-        return drawn.to(device)
-    made = torch.empty(list(size), dtype=dtype, layout=layout, device=device)
-    return made.normal_(mean, std, generator=generator)
+def _normal(mean: float, std: float, size: Sequence[int], **options: Any) -> torch.Tensor:
+    def draw(tensor: torch.Tensor, generator: Any) -> torch.Tensor:
+        return tensor.normal_(mean, std, generator=generator)
+
+    return _factory(draw, "aten::normal.float_float")(size, **options)
 
 
 KERNELS = (
