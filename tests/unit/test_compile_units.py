@@ -35,16 +35,6 @@ def test_reduce_overhead_is_recognised_in_both_spellings() -> None:
     assert not compiler._asks_for_cuda_graphs(None)
 
 
-def test_traced_forms_name_the_operator_they_stand_for() -> None:
-    assert compiler._traced_form_of("_native_batch_norm_legit_functional") == (
-        "_native_batch_norm_legit"
-    )
-    assert compiler._traced_form_of("_native_batch_norm_legit_no_training") == (
-        "_native_batch_norm_legit"
-    )
-    assert compiler._traced_form_of("addmm") == ""
-
-
 def test_a_graph_counts_the_flops_of_its_matrix_products_and_convolutions() -> None:
     layers = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
     graph = make_fx(layers)(torch.randn(2, 3, 8, 8))

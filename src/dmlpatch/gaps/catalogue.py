@@ -612,9 +612,8 @@ FAILURES: tuple[Failure, ...] = (
         "Inductor refuses the simulated device's graphs as DirectML's",
         "spec",
         "torch spec: graphs on the device run through AOTAutograd as torch's aot_eager backend "
-        "runs them (eager's results, no fused kernels), operators DirectML lacks decomposed "
-        "by torch's own decompositions; mode='reduce-overhead' runs without CUDA graphs, said "
-        "once",
+        "runs them (eager's results, no fused kernels); traced batch norm goes through the "
+        "CPU fallback; mode='reduce-overhead' runs without CUDA graphs, said once",
     ),
     Failure(
         "shared-memory",

@@ -112,6 +112,28 @@ print(json.dumps({
 }))
 """
 
+RESNET = """
+import json
+import torch, torchvision
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = torchvision.models.resnet18(num_classes=10)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+model = model.to(device)
+net = torch.compile(model)
+x = torch.randn(4, 3, 32, 32, device=device)
+y = torch.randint(0, 10, (4,), device=device)
+losses = []
+for _ in range(4):
+    loss = torch.nn.functional.cross_entropy(net(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    losses.append(loss.item())
+print(json.dumps({"losses": losses, "device": str(x.device)}))
+"""
+
 # A library that compiles on its own: transformers' Trainer with torch_compile=True.
 TRAINER = """
 import json, sys
@@ -196,22 +218,35 @@ def test_compiled_models_train_on_the_device_as_on_the_cpu(
     lines = result.err_lines
     assert sum(line.startswith(COMPILE_LINE) for line in lines) == 1
     assert sum(line.startswith(CUDA_GRAPHS_LINE) for line in lines) == 1
-    # No global-hooks warning, no graph broken into eager code, no batch norm on the CPU
-    # (training graphs hold _native_batch_norm_legit_functional, which DirectML lacks).
+    # No global-hooks warning, no graph broken into eager code. Training graphs hold batch
+    # norm as _native_batch_norm_legit_functional, which DirectML lacks: its CPU fallback runs
+    # it, said as DirectML says it (torch's decomposition of it, run on the device, trained
+    # ResNet-18 to another loss by the third step: see the test below).
     assert "global hooks" not in result.err
-    assert "fall back to run on the CPU" not in result.err
+    assert "'aten::_native_batch_norm_legit' is not currently supported" in result.err
     assert "Traceback" not in result.err and "graph break" not in result.err.lower()
+
+
+def test_a_compiled_resnet_trains_as_on_the_cpu(tmp_path: Path) -> None:
+    expected = _on_cpu(tmp_path, RESNET)
+    found, _ = _on_device(tmp_path, RESNET)
+    assert expected["device"] == "cpu" and found["device"] == "privateuseone:0"
+    assert found["losses"] == pytest.approx(expected["losses"], rel=1e-5)
 
 
 def test_the_accounting_counts_compiled_graphs_on_the_device(tmp_path: Path) -> None:
     _, _ = _on_device(tmp_path, COMPILED, DMLPATCH_REPORT=str(tmp_path / "report.json"))
     compute = json.loads((tmp_path / "report.json").read_text())["compute"]
-    assert compute["device_share"] == 1.0
+    # Batch norm's training form runs through DirectML's CPU fallback (see above), and counts
+    # there: nothing else does.
+    fell_back = {entry["operator"] for entry in compute["cpu_fallbacks"]}
+    assert fell_back == {"aten::_native_batch_norm_legit"}, fell_back
+    assert sum(e["flops"] for e in compute["cpu_fallbacks"]) == compute["on_cpu"]["flops"]
+    assert 0.9 < compute["device_share"] < 1.0
     # Three models, four training and one inference forward each, of one convolution (16
     # images of 8x8, 3 -> 8 channels, 3x3) and one linear layer (512 -> 10): 2 FLOPs a MAC.
     forward = 2 * 16 * 8 * 8 * 8 * 3 * 9 + 2 * 16 * 512 * 10
     assert compute["on_device"]["flops"] >= 3 * 5 * forward
-    assert compute["on_cpu"]["flops"] == 0
 
 
 def test_a_forward_with_cuda_sites_compiles_as_one_graph(tmp_path: Path) -> None:

@@ -85,59 +85,8 @@ def _aot_on_device(graph: Any, inputs: Any) -> Any:
         bw_compiler=boxed_nop,
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
-        decompositions=_decompositions(),
     )
     return backend(graph, inputs)
-
-
-def _decompositions() -> dict[Any, Any]:
-    """torch's decompositions of the operators DirectML would run through its CPU fallback.
-
-    Tracing rewrites some operators into forms eager code never calls (batch norm in training
-    becomes ``_native_batch_norm_legit_functional``), and DirectML has kernels for the eager
-    forms only; decomposed, those graphs stay on the device.
-    """
-    global _device_decompositions
-    if _device_decompositions is None:
-        _device_decompositions = _fallback_decompositions()
-    return _device_decompositions
-
-
-_device_decompositions: Any = None
-
-
-def _fallback_decompositions() -> dict[Any, Any]:
-    from torch._decomp import decomposition_table
-    from torch._ops import OpOverload
-
-    from dmlpatch import opfix
-    from dmlpatch.opfix import serving
-
-    installed = opfix.installed()
-    how = serving.for_backend(installed.backend, installed.profile) if installed else None
-    if how is None:
-        return {}
-    overloads = [op for op in decomposition_table if isinstance(op, OpOverload)]
-    falling_back = {op for op in overloads if how.of(op)[0] == serving.FALLBACK}
-    bases = {op.name().partition(".")[0] for op in falling_back}
-    return {
-        op: decomposition_table[op]
-        for op in overloads
-        if op in falling_back or _traced_form_of(op.name().partition(".")[0]) in bases
-    }
-
-
-# Functional and inference forms that tracing puts in a graph in place of the operator eager
-# code calls; torch composes them of that operator, so they fall back with it.
-_TRACED_FORMS = ("_functional", "_no_training")
-
-
-def _traced_form_of(name: str) -> str:
-    """The operator ``name`` is a traced form of, or "" where it is none."""
-    for suffix in _TRACED_FORMS:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return ""
 
 
 def _counted(compiler: Wrapper) -> Wrapper:
