@@ -12,6 +12,17 @@ DMLPATCH_TORCH="torch==2.14.1 torchvision==0.29.1" bash scripts/setup-demo.sh
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
   "torch==2.14.1" "torchvision==0.29.1"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# Debian's Chromium and ChromeDriver: the placement page is tested in a real headless browser
+# (tests/e2e/test_placement_page.py).
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  apt=(apt-get)
+  if [ "$(id -u)" != 0 ]; then apt=(sudo -n apt-get); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${apt[@]}" install -y -q chromium chromium-driver >/dev/null 2>&1 || {
+    "${apt[@]}" update -q >/dev/null && "${apt[@]}" install -y -q chromium chromium-driver >/dev/null
+  } || echo "setup: could not install chromium and chromium-driver (apt-get as root or sudo):" \
+    "the placement page's browser test will fail" >&2
+fi
 # The target libraries the end-to-end tests run for real. basicsr is an sdist whose build needs
 # torch: without build isolation pip uses the torch above instead of fetching a second one.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \

@@ -8,6 +8,7 @@ import os
 import sys
 
 from dmlpatch import record
+from dmlpatch.placement_page.destination import is_page
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -166,13 +167,16 @@ def write(destination: str) -> None:
     from dmlpatch import processes
 
     destination = destination.replace(RANK_FIELD, processes.rank())
-    text = json.dumps(snapshot(), indent=2, sort_keys=True)
+    data = snapshot()
     if destination == "-":
-        sys.stderr.write(text + "\n")
+        sys.stderr.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
         return
     try:
-        with open(destination, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
+        if is_page(destination):
+            _write_page(destination, data)
+        else:
+            with open(destination, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     except OSError as error:
         # At exit, after the program's status is set: python keeps it whatever an exit handler
         # does, so this is a warning, and the line says which status the process ends with.
@@ -182,3 +186,20 @@ def write(destination: str) -> None:
             f"warning: cannot write the report to {destination!r}: {error.strerror}; the exit "
             "code stays the program's"
         )
+
+
+def _write_page(destination: str, data: dict[str, Any]) -> None:
+    """The report as the placement page (a path ending in ``.html``)."""
+    import shlex
+
+    from dmlpatch.placement import summary
+    from dmlpatch.placement_page import page
+
+    compute = data.get("compute") or {}
+    device = data.get("device") or "no device"
+    if compute:
+        verdict = summary.exit_warning(compute, sys.argv) or summary.headline(compute)
+    else:
+        verdict = f"no model compute was counted ({data.get('why') or 'nothing ran'})"
+    program = shlex.join(sys.argv) if sys.argv and sys.argv[0] else "<program>"
+    page.write(destination, page.Report(program, device, verdict, compute, [], page.BY_RUN))

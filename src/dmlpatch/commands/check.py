@@ -1,7 +1,8 @@
 """``dmlpatch check``: run a program on DirectML (or the simulated device) and say whether it
 would run there, and at what cost.
 
-dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--verify] script.py [args...]
+dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--html DIR] [--verify]
+    script.py [args...]
 dmlpatch check [options] -m module [args...]
 
 The program runs with patches active. Afterwards a table lists every operator that was fixed
@@ -32,14 +33,16 @@ from dmlpatch.errors import UsageError
 from dmlpatch.gaps.profiles import DEFAULT_PROFILE
 
 USAGE = f"""\
-usage: dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--verify]
-                      script.py [args...]
+usage: dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--html DIR]
+                      [--verify] script.py [args...]
        dmlpatch check [options] -m module [args...]
 
 options:
   --device sim|dml  the simulated DirectML device (default) or a real DirectML adapter
   --profile NAME    the simulated device's DirectML release (default {DEFAULT_PROFILE})
   --json FILE       also write the table and verdict as JSON (for CI)
+  --html DIR        also write DIR/index.html: the program's lines marked by where their
+                    compute ran (made if missing)
   --verify          run every device operator on the CPU too; report the first that differs
   --scope SCOPE     where CUDA sites are rewritten: all (default), project, specs
   --report[=FILE]   at exit, print (or write) dmlpatch's JSON report, as the runner does
@@ -47,8 +50,8 @@ options:
 
 exit status: 0 when the program would run on DirectML; 1 when DirectML would stop it,
 --verify found a divergence, or 10% or more of model compute ran on the CPU; 2 for a bad
-option, or when the --json FILE could not be written at the end; otherwise the program's own
-status.
+option, or when the --json FILE or the --html page could not be written at the end;
+otherwise the program's own status.
 """
 
 _FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+), in (?P<func>.*)$')
@@ -94,6 +97,10 @@ def main(arguments: list[str]) -> int:
         from dmlpatch import report
 
         report.check_destination(options.json)
+    if options.html:
+        from dmlpatch.placement_page import destination
+
+        destination.check_directory(options.html)
     if options.profile is not None:
         from dmlpatch.gaps import profiles
 
@@ -126,6 +133,9 @@ class _Judge:
         self.placement = operators.Counter(
             _serving(self.selected.backend, self.profile, self.observer)
         )
+        if self.options.html:
+            self.placement.ledger.keep_lines()
+            self.placement.watch_fixes()
         self.tracing = operators.traces_unobserved()
         self.placement.__enter__()
         self.tracing.__enter__()
@@ -148,6 +158,10 @@ class _Judge:
             self.options.json, rows, outcome, backend, self.profile, counters, divergence, compute
         ):
             return UsageError.exit_code  # what was asked for is missing: a CI must not read on
+        if self.options.html and not _write_html(
+            self.options, rows, outcome, self.selected.device, compute
+        ):
+            return UsageError.exit_code
         return outcome.exit_code
 
 
@@ -452,4 +466,25 @@ def _write_json(
     except OSError as error:
         log.say(f"error: cannot write {destination}: {error.strerror}")
         return False
+    return True
+
+
+def _write_html(
+    options: Any, rows: list[Row], outcome: Outcome, device: str, compute: dict[str, Any]
+) -> bool:
+    """Whether the page was written (a failure is said in one line)."""
+    import shlex
+
+    from dmlpatch.placement_page import destination, page
+
+    program = shlex.join(["-m", options.module, *options.rest] if options.module else options.rest)
+    report = page.Report(
+        program, device, outcome.verdict, compute, [r._asdict() for r in rows], page.BY_CHECK
+    )
+    try:
+        written = destination.write_directory(options.html, report)
+    except OSError as error:
+        log.say(f"error: cannot write the page in {options.html}: {error.strerror or error}")
+        return False
+    log.say(f"placement page: {written}")
     return True

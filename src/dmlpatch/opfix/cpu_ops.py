@@ -19,6 +19,7 @@ PyTorch's: only the kernel below it moves.
 from __future__ import annotations
 
 import threading
+from time import perf_counter
 from typing import Any, Callable, Optional
 
 import torch
@@ -151,9 +152,9 @@ _MADE_OF = {
     },
 }
 
-#: ``observer(name, args, result, copies, bytes)``: told of every call a CPU kernel serves
-#: (the placement accounting of ordinary runs).
-Observer = Callable[[str, tuple[Any, ...], Any, int, int], None]
+#: ``observer(name, args, result, copies, bytes, seconds)``: told of every call a CPU kernel
+#: serves (the placement accounting of ordinary runs).
+Observer = Callable[[str, tuple[Any, ...], Any, int, int, float], None]
 _observer: Optional[Observer] = None
 
 
@@ -181,6 +182,7 @@ def cpu_kernel(
     ]
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        started = perf_counter()
         copies = 0
         nbytes = 0
         device: list[torch.device] = []
@@ -244,7 +246,7 @@ def cpu_kernel(
         record("fallback", name, copies, nbytes)
         observer = _observer
         if observer is not None:
-            observer(name, args, result, copies, nbytes)
+            observer(name, args, result, copies, nbytes, perf_counter() - started)
         return moved
 
     return kernel

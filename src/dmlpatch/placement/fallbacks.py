@@ -43,10 +43,13 @@ _forced: set[str] = set()  # DMLPATCH_CPU_OPS: the user's choice, not announced
 def candidates(serving: Any, namespaces: Optional[set[str]] = None) -> list[Any]:
     """The operator overloads ``serving`` says the backend's CPU fallback runs, where the CPU
     has a kernel for them (without one the fallback fails anyway); ``namespaces``: only
-    theirs. Views are left to the backend: a copy cannot alias its input."""
+    theirs. Views are left to the backend: a copy cannot alias its input. An overload a Python
+    kernel already serves on the device is not falling back."""
     from dmlpatch.opfix import serving as how
 
     found = []
+    # torch.library's record of Python registrations ("aten/isin.Scalar_Tensor/PrivateUse1").
+    python_kernels = getattr(torch.library, "_impls", set())
     for name in torch._C._dispatch_get_all_op_names():
         namespace, _, rest = name.partition("::")
         if namespaces is not None and namespace not in namespaces:
@@ -59,6 +62,10 @@ def candidates(serving: Any, namespaces: Optional[set[str]] = None) -> list[Any]
         packet = getattr(getattr(torch.ops, namespace, None), short, None)
         op = getattr(packet, overload or "default", None) if packet is not None else None
         if op is None or _is_view(op):
+            continue
+        if f"{namespace}/{rest}/PrivateUse1" in python_kernels:
+            # A Python kernel of dmlpatch's serves it already (sentinels.py's watchers until
+            # the first bool tensor), which torch 2.4 refuses to see replaced.
             continue
         if serving.of(op)[0] == how.FALLBACK:
             found.append(op)
@@ -149,13 +156,15 @@ def uninstall() -> None:
     _forced.clear()
 
 
-def _observe(name: str, args: tuple[Any, ...], result: Any, copies: int, nbytes: int) -> None:
+def _observe(
+    name: str, args: tuple[Any, ...], result: Any, copies: int, nbytes: int, seconds: float
+) -> None:
     """A CPU kernel served ``name``: count it where it ran (accounting never breaks the
     program)."""
     short = name.partition("::")[2].split(".", 1)[0]
     family = families.operator_family(short) if name.startswith("aten::") else None
     try:
-        _count(name, short, family, args, result, copies, nbytes)
+        _count(name, short, family, args, result, copies, nbytes, seconds)
     except Exception:
         return
 
@@ -168,6 +177,7 @@ def _count(
     result: Any,
     copies: int,
     nbytes: int,
+    seconds: float,
 ) -> None:
     site, layer, level, loading, building = _walk()
     if name not in _warned and name not in _forced:
@@ -191,7 +201,7 @@ def _count(
     elif loading:
         book.add(ledger.LOADING, flops)
     else:
-        book.add_cpu(site, family, flops, name, copies, nbytes)
+        book.add_cpu(site, family, flops, name, copies, nbytes, seconds)
     if layer is not None and family != families.OTHER:
         given_back[layer] = given_back.get(layer, 0) + flops
 

@@ -22,6 +22,8 @@ from typing import Any, Optional, cast
 import torch
 from torch import nn
 
+from dmlpatch.placement import ledger
+
 CONVOLUTION = "convolution"
 MATMUL = "matmul"
 ATTENTION = "attention"
@@ -29,7 +31,7 @@ NORMALIZATION = "normalization"
 RECURRENT = "recurrent"
 #: An operator of no family above, counted only where DirectML's CPU fallback ran it (its
 #: work: one operation per element it reads and writes, :func:`elements`).
-OTHER = "other operator"
+OTHER = ledger.OTHER
 
 # Per element: subtract the mean, divide by the deviation, scale, shift, plus the statistics.
 _NORM_FLOPS_PER_ELEMENT = 5

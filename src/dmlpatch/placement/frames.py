@@ -88,3 +88,15 @@ def caller(depth: int = 1) -> Caller:
             break
         frame = frame.f_back
     return Caller(site, loading, building)
+
+
+def site(depth: int = 1) -> Optional[Site]:
+    """The innermost frame outside torch and dmlpatch above the caller's ``depth``-th frame:
+    :func:`caller` without the walk to the top that data loading and set-up need."""
+    frame: Optional[FrameType] = sys._getframe(depth + 1)
+    while frame is not None:
+        code = frame.f_code
+        if not internal(code.co_filename):
+            return Site(code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return None

@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # frames imports torch; the ledger itself needs nothing of it
     from dmlpatch.placement.frames import Site
 
 CPU = "cpu"
+#: The family of operators outside the layer families (:data:`.families.OTHER`).
+OTHER = "other operator"
 LOADING = "data loading"
 BUILDING = "model set-up"
 
@@ -36,6 +38,50 @@ class Ledger:
         self.cpu_sites: dict[Optional[Site], dict[str, Any]] = {}
         #: Operator -> calls, FLOPs and first line, for compute a fallback ran on the CPU.
         self.fallbacks: dict[str, dict[str, Any]] = {}
+        #: Per source line, model compute on the device and operators fixed there: kept only
+        #: for the HTML report (:meth:`keep_lines`), whose page marks every line that computed.
+        self.device_sites: Optional[dict[Site, dict[str, Any]]] = None
+
+    def keep_lines(self) -> None:
+        """Record the line of device compute too, not only of CPU compute."""
+        if self.device_sites is None:
+            self.device_sites = {}
+
+    @property
+    def keeps_lines(self) -> bool:
+        return self.device_sites is not None
+
+    def add_device(
+        self,
+        place: str,
+        flops: int,
+        site: Optional[Site],
+        family: str,
+        fixed: Optional[str] = None,
+    ) -> None:
+        """Model compute on the device, run from ``site``; ``fixed``: the operator a dmlpatch
+        fix served there (DirectML alone would have refused it or sent it to the CPU)."""
+        self.add(place, flops)
+        self.note_device_line(site, family, flops, fixed)
+
+    def note_device_line(
+        self, site: Optional[Site], family: str, flops: int, fixed: Optional[str] = None
+    ) -> None:
+        """The line-level record alone (an operator outside the layer families that a fix
+        served: on its line, but not in the totals the verdicts judge)."""
+        lines = self.device_sites
+        if lines is None or site is None:
+            return
+        with self._lock:
+            entry = lines.get(site)
+            if entry is None:
+                entry = lines[site] = {"calls": 0, "flops": 0, "families": set(), "fixed": {}}
+            if family != OTHER:
+                entry["calls"] += 1
+                entry["flops"] += flops
+                entry["families"].add(family)
+            if fixed is not None:
+                entry["fixed"][fixed] = entry["fixed"].get(fixed, 0) + 1
 
     def add(self, place: str, flops: int) -> None:
         with self._lock:
@@ -52,12 +98,14 @@ class Ledger:
         family: str,
         flops: int,
         fallback: Optional[str] = None,
-        copies: int = 0,
+        copies: Optional[int] = 0,
         nbytes: int = 0,
+        seconds: float = 0.0,
     ) -> None:
         """Model compute on the CPU, run from ``site``; ``fallback``: the operator whose CPU
         fallback ran it although its arguments were on the device, with the copies (and their
-        bytes) it made between host and device."""
+        bytes) it made between host and device (None: not known per call, the backend counts
+        them per operator) and the time the call took."""
         self.add(CPU, flops)
         with self._lock:
             entry = self.cpu_sites.get(site)
@@ -67,12 +115,28 @@ class Ledger:
                     "flops": 0,
                     "families": set(),
                     "fallbacks": set(),
+                    "fallback_costs": {},
                 }
             entry["calls"] += 1
             entry["flops"] += flops
             entry["families"].add(family)
             if fallback is not None:
                 entry["fallbacks"].add(fallback)
+                cost = entry["fallback_costs"].get(fallback)
+                if cost is None:
+                    cost = entry["fallback_costs"][fallback] = {
+                        "calls": 0,
+                        "flops": 0,
+                        "copies": 0 if copies is not None else None,
+                        "bytes": 0,
+                        "seconds": 0.0,
+                    }
+                cost["calls"] += 1
+                cost["flops"] += flops
+                cost["seconds"] += seconds
+                if copies is not None and cost["copies"] is not None:
+                    cost["copies"] += copies
+                    cost["bytes"] += nbytes
                 tally = self.fallbacks.get(fallback)
                 if tally is None:
                     tally = self.fallbacks[fallback] = {
@@ -82,11 +146,13 @@ class Ledger:
                         "bytes": 0,
                         "site": site,
                         "family": family,
+                        "seconds": 0.0,
                     }
                 tally["calls"] += 1
                 tally["flops"] += flops
-                tally["copies"] += copies
+                tally["copies"] += copies or 0
                 tally["bytes"] += nbytes
+                tally["seconds"] += seconds
 
     def totals(self, place: str) -> tuple[int, int]:
         with self._lock:
@@ -120,6 +186,19 @@ class Ledger:
             self.places.clear()
             self.cpu_sites.clear()
             self.fallbacks.clear()
+            if self.device_sites is not None:
+                self.device_sites.clear()
+
+    def lines(self) -> list[tuple[Site, dict[str, Any]]]:
+        """Every recorded line with what ran there (device, fixes, CPU, fallbacks)."""
+        with self._lock:
+            merged: dict[Site, dict[str, Any]] = {}
+            for site, entry in (self.device_sites or {}).items():
+                merged[site] = {"device": entry}
+            for cpu_site, entry in self.cpu_sites.items():
+                if cpu_site is not None:
+                    merged.setdefault(cpu_site, {})["cpu"] = entry
+        return sorted(merged.items(), key=lambda item: (item[0].file, item[0].line))
 
 
 _current: Optional[Ledger] = None

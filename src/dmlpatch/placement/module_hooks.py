@@ -3,7 +3,8 @@
 Cheap enough to be on by default: for every module call the hook costs a dictionary lookup of
 the module's type, and only convolution, linear, attention, normalisation and recurrent layers
 go further (their output's device, a FLOP estimate from shapes). A layer that ran on the CPU
-also records the line that called it, once per layer object. Functional calls
+also records the line that called it, once per layer object (a layer on the device too where
+an HTML report was asked for). Functional calls
 (``F.linear``, ``x @ w``) are not seen here; ``dmlpatch check`` counts every operator. A layer
 on the device whose operator DirectML ran through its CPU fallback gives those FLOPs back
 (:mod:`.fallbacks` counts them on the CPU).
@@ -110,17 +111,26 @@ def _count(
     if kind != "cpu":
         if fallbacks.given_back:
             flops = max(0, flops - fallbacks.given_back.pop(module, 0))
-        book.add(kind, flops)
+        if book.keeps_lines:  # the HTML report marks the line of every layer call
+            book.add_device(kind, flops, _caller_of(module).site, family)
+        else:
+            book.add(kind, flops)
         return
-    caller = _callers.get(module)
-    if caller is None:
-        # Frames: this function, the hook, Module._call_impl, then the layer's caller.
-        caller = frames.caller(depth=2)
-        if not caller.building:  # a layer probed while built may later run for real
-            _callers[module] = caller
+    caller = _caller_of(module)
     if caller.building:
         book.add(ledger.BUILDING, flops)
     elif caller.loading:
         book.add(ledger.LOADING, flops)
     else:
         book.add_cpu(caller.site, family, flops)
+
+
+def _caller_of(module: nn.Module) -> frames.Caller:
+    """The line that calls ``module``, found on its first call and reused."""
+    caller = _callers.get(module)
+    if caller is None:
+        # Frames: this function, _count, the hook, Module._call_impl, then the layer's caller.
+        caller = frames.caller(depth=3)
+        if not caller.building:  # a layer probed while built may later run for real
+            _callers[module] = caller
+    return caller

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
@@ -56,15 +57,52 @@ class Counter(TorchDispatchMode):
         self.ledger = ledger.start("operators")
         self._families: dict[Any, Any] = {}
         self._serving = serving
+        #: The fixes that served the call under way (:meth:`watch_fixes`), or None.
+        self._fixes: Optional[list[str]] = None
+        self._sink_before: Any = None
+
+    def watch_fixes(self) -> None:
+        """Note on each call's line the dmlpatch fixes that served it, as they record
+        themselves (a fix kernel may pass a call on untouched: only a record says it fixed)."""
+        from dmlpatch.opfix import _accounting
+
+        fixes: list[str] = []
+        before = _accounting._sink
+
+        def sink(category: str, name: str, copies: int, nbytes: int) -> None:
+            if category == "fixed":
+                fixes.append(name)
+            if before is not None:
+                before(category, name, copies, nbytes)
+
+        self._fixes = fixes
+        self._sink_before = _accounting.set_sink(sink)
+
+    def __exit__(self, *exc: Any) -> Any:
+        if self._fixes is not None:
+            from dmlpatch.opfix import _accounting
+
+            _accounting.set_sink(self._sink_before)
+            self._fixes = None
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        fixes = self._fixes
+        if fixes:
+            fixes.clear()
+        started = perf_counter()
         result = func(*args, **kwargs)
+        seconds = perf_counter() - started
         with contextlib.suppress(Exception):  # accounting never breaks the program
-            self._count(func, args, kwargs, result)
+            if fixes:
+                site = frames.site(depth=1)
+                for name in fixes:
+                    self.ledger.note_device_line(site, families.OTHER, 0, name)
+            self._count(func, args, kwargs, result, seconds)
         return result
 
-    def _count(self, func: Any, args: Any, kwargs: Any, result: Any) -> None:
+    def _count(self, func: Any, args: Any, kwargs: Any, result: Any, seconds: float) -> None:
         known = self._families.get(func, False)
         if known is False:
             name = func._schema.name.partition("::")[2]
@@ -82,6 +120,7 @@ class Counter(TorchDispatchMode):
             how, reported = self._serving.of(func)
             if how in ("fallback", "cpu"):
                 kind, fallback = "cpu", reported
+        book = self.ledger
         if family is None:
             # Of the operators outside the families, only fallbacks count: CPU work on the
             # device's data, estimated by the elements they read and write.
@@ -94,13 +133,17 @@ class Counter(TorchDispatchMode):
             # Frames: _count, __torch_dispatch__, then torch's dispatch machinery.
             caller = frames.caller(depth=2)
             if caller.building:
-                self.ledger.add(ledger.BUILDING, flops)
+                book.add(ledger.BUILDING, flops)
             elif caller.loading:
-                self.ledger.add(ledger.LOADING, flops)
+                book.add(ledger.LOADING, flops)
             else:
-                self.ledger.add_cpu(caller.site, family, flops, fallback)
+                # A fallback's copies are the backend's count, per operator (None here).
+                copies = None if fallback is not None else 0
+                book.add_cpu(caller.site, family, flops, fallback, copies, 0, seconds)
+        elif book.keeps_lines:
+            book.add_device(kind, flops, frames.site(depth=2), family)
         else:
-            self.ledger.add(kind, flops)
+            book.add(kind, flops)
 
 
 #: What ``torch.jit`` traces with; each cannot record under a dispatch mode.

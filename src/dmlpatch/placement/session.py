@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 
 _by_operators = False
+_lines = False
 _started = False
 _section: Optional[dict[str, Any]] = None
 
@@ -33,6 +34,12 @@ def by_operators() -> None:
     """``dmlpatch check``: no layer hooks and no exit warning; it keeps its own counter."""
     global _by_operators
     _by_operators = True
+
+
+def keep_lines() -> None:
+    """The report is a page: record the line of every layer call, not only of CPU ones."""
+    global _lines
+    _lines = True
 
 
 def _counts_for(chosen: Resolution) -> bool:
@@ -52,7 +59,9 @@ def start(torch: ModuleType) -> None:
         return
     from dmlpatch.placement import module_hooks
 
-    module_hooks.install()
+    book = module_hooks.install()
+    if _lines:
+        book.keep_lines()
     resolution.when_resolved(_on_resolved)
     import atexit
 

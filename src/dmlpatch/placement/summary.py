@@ -54,6 +54,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
             "bytes": tally.get("bytes", 0),
             "estimated_by": "elements" if tally.get("family") == families.OTHER else "flops",
             "at": tally["site"].describe() if tally["site"] else None,
+            "seconds": round(tally.get("seconds", 0.0), 6),
         }
         for operator, tally in book.heaviest_fallbacks()
     ]
@@ -67,7 +68,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
         else:
             files = [site.file for site, entry in sites if site is not None]
             cause = causes.likely(files, _main_file()).as_dict()
-    return {
+    section = {
         "counted": book.counted,
         "device": device,
         "on_device": {"calls": device_calls, "flops": device_flops},
@@ -81,6 +82,38 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
         # Of on_cpu: fallbacks of operators outside the layer families, counted by elements.
         "other_fallback_work": {"calls": other_calls, "flops": other_work},
         "likely_cause": cause,
+    }
+    if book.keeps_lines:
+        section["lines"] = [_line(site, parts) for site, parts in book.lines()]
+    return section
+
+
+def _line(site: Any, parts: dict[str, Any]) -> dict[str, Any]:
+    """One source line's compute, by where it ran (the HTML report's marks)."""
+    device = parts.get("device") or {}
+    cpu = parts.get("cpu") or {}
+    costs = cpu.get("fallback_costs") or {}
+    through = [
+        {"operator": operator, **cost, "seconds": round(cost["seconds"], 6)}
+        for operator, cost in sorted(costs.items(), key=lambda item: -item[1]["seconds"])
+    ]
+    return {
+        "file": site.file,
+        "line": site.line,
+        "function": site.function,
+        "device": {
+            "calls": device.get("calls", 0),
+            "flops": device.get("flops", 0),
+            "families": sorted(device.get("families", ())),
+        },
+        "fixed": dict(sorted((device.get("fixed") or {}).items())),
+        # Left on the CPU by the program: the line's CPU compute less its fallbacks'.
+        "cpu": {
+            "calls": cpu.get("calls", 0) - sum(cost["calls"] for cost in through),
+            "flops": cpu.get("flops", 0) - sum(cost["flops"] for cost in through),
+            "families": sorted(set(cpu.get("families", ())) - {families.OTHER}),
+        },
+        "fallbacks": through,
     }
 
 

@@ -60,6 +60,7 @@ CHECK_OPTIONS = (
     *RUNNER_OPTIONS,
     Option(("--profile",), "profile", VALUE, "--profile needs a value, e.g. --profile permissive"),
     Option(("--json",), "json", VALUE, "--json needs a value: the file to write"),
+    Option(("--html",), "html", VALUE, "--html needs a value: the directory to write the page in"),
     Option(("--verify",), "verify", FLAG),
 )
 
@@ -75,6 +76,7 @@ class Options:
         self.verbose = False
         self.profile: Optional[str] = None
         self.json: Optional[str] = None
+        self.html: Optional[str] = None
         self.verify = False
         self.help = False
         self.module: Optional[str] = None

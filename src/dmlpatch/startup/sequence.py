@@ -160,6 +160,12 @@ def start(
     elif os.environ.get(DMLPATCH_REPORT):
         report, writer = os.environ[DMLPATCH_REPORT], _write_report_if_used
     if report and writer is not None:
+        from dmlpatch.placement_page.destination import is_page
+
+        if is_page(report):
+            from dmlpatch.placement import session
+
+            session.keep_lines()
         atexit.register(writer, report)
         handle.on_undo(lambda: atexit.unregister(writer))
     if main:
