@@ -49,7 +49,7 @@ def candidates(serving: Any, namespaces: Optional[set[str]] = None) -> list[Any]
 
     found = []
     # torch.library's record of Python registrations ("aten/isin.Scalar_Tensor/PrivateUse1").
-    python_kernels = getattr(torch.library, "_impls", set())
+    python_kernels: set[str] = getattr(torch.library, "_impls", set())
     for name in torch._C._dispatch_get_all_op_names():
         namespace, _, rest = name.partition("::")
         if namespaces is not None and namespace not in namespaces:
