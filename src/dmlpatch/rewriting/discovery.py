@@ -135,7 +135,7 @@ class Discovery:
         except OSError:
             return None
         stamp = (status.st_mtime_ns, status.st_size)
-        verdict = index.get(origin, stamp) or self._examine(index, origin, stamp)
+        verdict = index.get(origin, stamp) or self._examine(index, fullname, origin, stamp)
         if not verdict.sites:
             return None
         leave = self._leave(fullname)
@@ -159,7 +159,8 @@ class Discovery:
         except OSError:
             return False
         stamp = (status.st_mtime_ns, status.st_size)
-        return bool((index.get(origin, stamp) or self._examine(index, origin, stamp)).sites)
+        verdict = index.get(origin, stamp) or self._examine(index, fullname, origin, stamp)
+        return bool(verdict.sites)
 
     def _leave(self, fullname: str) -> Optional[Leave]:
         for leave in self.leaves:
@@ -189,7 +190,7 @@ class Discovery:
         return index
 
     @staticmethod
-    def _examine(index: _Index, origin: str, stamp: tuple[int, int]) -> Verdict:
+    def _examine(index: _Index, fullname: str, origin: str, stamp: tuple[int, int]) -> Verdict:
         started = time.perf_counter()
         source = _source(origin)
         if source is None:
@@ -198,19 +199,8 @@ class Discovery:
         index.put(origin, stamp, freshness.source_hash(source), verdict)
         from dmlpatch.rewriting import preparation
 
-        preparation.charge(_module_name(origin), time.perf_counter() - started)
+        preparation.charge(fullname, time.perf_counter() - started)
         return verdict
-
-
-def _module_name(origin: str) -> str:
-    """The top-level package an examined file belongs to, as far as its path tells (the
-    directory under site-packages, else the file's own name)."""
-    parts = origin.replace(os.sep, "/").split("/")
-    for marker in ("site-packages", "dist-packages"):
-        if marker in parts[:-1]:
-            after = parts[parts.index(marker) + 1 :]
-            return after[0].removesuffix(".py") if after else origin
-    return os.path.splitext(os.path.basename(origin))[0]
 
 
 def _source(origin: str) -> Optional[bytes]:
@@ -219,6 +209,19 @@ def _source(origin: str) -> Optional[bytes]:
             return stream.read()
     except OSError:
         return None
+
+
+#: The last rewrite examined with sites, by origin, with its source: the loader compiles that
+#: module next (the finder examines, then the loader runs), and takes the tree instead of
+#: rewriting the same source a second time.
+_handed: dict[str, tuple[bytes, Any]] = {}
+
+
+def take_rewrite(origin: str, source: bytes) -> Any:
+    """The rewrite examined for ``origin`` if it was of this very source, else None; given
+    once."""
+    entry = _handed.pop(origin, None)
+    return entry[1] if entry is not None and entry[0] == source else None
 
 
 def _examine(source: bytes, origin: str) -> Verdict:
@@ -233,6 +236,9 @@ def _examine(source: bytes, origin: str) -> Verdict:
         return Verdict(0, ())  # the normal loader raises the error the program expects
     except RecursionError:
         return Verdict(0, ())
+    if result.sites:
+        _handed.clear()  # one at a time: a tree the loader never took is not kept
+        _handed[origin] = (source, result)
     return Verdict(len(result.sites), result.unanswered, result.kept)
 
 

@@ -345,9 +345,18 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
     def _rewrite_and_compile(
         self, data: Union[bytes, str], path: str
     ) -> tuple[types.CodeType, list[Site]]:
-        from dmlpatch.rewriting.transform import rewrite
+        from dmlpatch.rewriting.transform import RUNTIME_MODULE, rewrite
 
-        result = rewrite(data, path, self.target.runtime)
+        result = None
+        discovery = sys.modules.get("dmlpatch.rewriting.discovery")
+        if (
+            discovery is not None
+            and isinstance(data, bytes)
+            and self.target.runtime == (RUNTIME_MODULE)
+        ):
+            result = discovery.take_rewrite(path, data)  # examined a moment ago: not again
+        if result is None:
+            result = rewrite(data, path, self.target.runtime)
         if self.composer is not None:
             tree = result.tree
             if result.sites and len(result.sites) < self.target.expect_sites:
