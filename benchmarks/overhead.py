@@ -4,8 +4,8 @@
 
 1. import time of torch (a large non-target package) with and without the hook (target <= 1.02x)
 1b. import time of torch + transformers (a large library with many modules, in discovery's
-   scope `all`) with and without the hook, warm caches (target <= 1.05x), and the cold figure
-   (no discovery index, no rewritten bytecode) for reference
+   scope `all`) with and without the hook, warm caches (target <= 1.05x), cold (no discovery
+   index, no rewritten bytecode; target <= 2.0x), and the first run after `dmlpatch prepare`
 2. runner start-up over plain python for an empty script, default device (target <= +20 ms);
    an activated environment's process that never imports torch (target <= +20 ms)
 3. cold vs warm import of a rewritten target module (the bytecode cache)
@@ -157,12 +157,20 @@ def transformers_import(rounds: int, workdir: Path) -> None:
         colds.append(float(run(hooked_code, env)))
     cold = statistics.median(colds)
     rewritten = len(list(package.rglob("*.opt-dmlpatch*.pyc")))
+    # The first run after `dmlpatch prepare` (which prepares every package of the venv).
+    forget()
+    started = time.perf_counter()
+    subprocess.run([PYTHON, "-m", "dmlpatch", "prepare"], env=env, check=True, capture_output=True)
+    preparing = time.perf_counter() - started
+    prepared = float(run(hooked_code, env))
     print(
         f"torch + transformers   plain {plain * 1e3:7.1f} ms   hook, warm {hooked * 1e3:7.1f} ms"
         f"   ratio {statistics.median(ratios):.3f}x (median of {rounds} pairs; quartiles "
         f"{quartiles[0]:.3f}-{quartiles[2]:.3f}; target <= 1.05x)\n"
         f"                       hook, cold {cold * 1e3:7.1f} ms "
-        f"({cold / plain:.2f}x; {rewritten} modules rewritten)"
+        f"({cold / plain:.2f}x; {rewritten} modules rewritten; target <= 2.0x)\n"
+        f"                       first run after dmlpatch prepare {prepared * 1e3:7.1f} ms "
+        f"({prepared / plain:.2f}x; the command took {preparing:.1f} s for the whole venv)"
     )
 
 

@@ -49,6 +49,7 @@ usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args
        dmlpatch doctor [--json] [--failures]         diagnose this environment
        dmlpatch list [--json]                        the patch catalogue vs installed libraries
        dmlpatch scan PACKAGE|PATH [--spec]           find CUDA device sites (no import)
+       dmlpatch prepare [--jobs N] [PACKAGE ...]     make libraries' first run fast, ahead of it
 
 Every command answers --help.
 
@@ -79,7 +80,7 @@ everything from COMMAND on is the command's own.
 
 COMMANDS = (
     *("run", "check", "activate", "deactivate", "status", "doctor", "list", "scan"),
-    *("pin", "unpin"),
+    *("pin", "unpin", "prepare"),
 )
 
 
@@ -427,6 +428,30 @@ def _unpin(arguments: list[str]) -> int:
     return 0
 
 
+def _prepare(arguments: list[str]) -> int:
+    from dmlpatch.commands import prepare
+
+    parser = _parser(
+        "prepare",
+        "Do the preparation of a library's first run under dmlpatch ahead of it: examine every "
+        "module of\neach PACKAGE for CUDA sites and rewrite and compile those with sites into "
+        "dmlpatch's caches,\nin several processes, as a run would while importing them. Nothing "
+        "is imported or run.\nWithout PACKAGE: every package of this environment's "
+        "site-packages that dmlpatch may rewrite.\nRun it again after installing or upgrading "
+        "libraries (a run does it for what it imports).",
+    )
+    parser.add_argument("packages", nargs="*", metavar="PACKAGE")
+    parser.add_argument(
+        "--jobs", type=int, metavar="N", help="processes at once (default: the CPU count)"
+    )
+    options = _parse(
+        parser,
+        arguments,
+        lambda argument: f"dmlpatch prepare: unexpected {argument!r}; see dmlpatch prepare --help",
+    )
+    return prepare.main(options.packages, options.jobs)
+
+
 _SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "activate": _activate,
     "deactivate": _deactivate,
@@ -436,4 +461,5 @@ _SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "scan": _scan,
     "pin": _pin,
     "unpin": _unpin,
+    "prepare": _prepare,
 }

@@ -146,6 +146,18 @@ class Discovery:
             _keep_as_written(fullname, verdict.kept)
         return RUNTIME
 
+    def take_new(self) -> dict[Optional[str], dict[str, _Entry]]:
+        """Every index's verdicts made since they were last written, by index file: a
+        ``dmlpatch prepare`` process hands them to the one that writes them."""
+        with self._lock:
+            indexes = list(self._indexes.values())
+        taken: dict[Optional[str], dict[str, _Entry]] = {}
+        for index in indexes:
+            new = index.take_new()
+            if new:
+                taken.setdefault(index.path, {}).update(new)
+        return taken
+
     def has_sites(self, fullname: str, origin: str) -> bool:
         """Whether the module would be rewritten by its sites, told without saying anything."""
         directory = os.path.dirname(origin)
@@ -348,14 +360,24 @@ class _Index:
 
     def flush(self) -> None:
         """Merge the new verdicts into the file, atomically; an unwritable cache is not used."""
+        merge(self.path, self.take_new())
+
+    def take_new(self) -> dict[str, _Entry]:
+        """The verdicts made since the last flush, which is then left nothing to write."""
         with self._lock:
             new, self._new = self._new, {}
-        if not new or self.path is None or cache_subdirectory("discovery") is None:
-            return
-        merged = _read(self.path)
-        merged.update(new)
-        if _write(self.path, merged):
-            _prune(os.path.dirname(self.path))
+        return new
+
+
+def merge(path: Optional[str], new: dict[str, _Entry]) -> None:
+    """Merge verdicts into the index file at ``path``, atomically (``dmlpatch prepare`` merges
+    those its processes made, each package's in one place)."""
+    if not new or path is None or cache_subdirectory("discovery") is None:
+        return
+    merged = _read(path)
+    merged.update(new)
+    if _write(path, merged):
+        _prune(os.path.dirname(path))
 
 
 def _read(path: str) -> dict[str, _Entry]:

@@ -51,3 +51,10 @@ def charge(fullname: str, seconds: float) -> None:
         f"first run after installing or upgrading {which} (or dmlpatch): preparing them for "
         f"DirectML, once ({count} modules so far); later runs start from the cache"
     )
+
+
+def quiet() -> None:
+    """Say nothing in this process (``dmlpatch prepare``'s, which says what it does itself)."""
+    global _said
+    with _lock:
+        _said = True
