@@ -1,10 +1,12 @@
-"""Make docs/torch-cuda.md: every public torch.cuda name, what dmlpatch gives it on DirectML.
+"""Make docs/reference/torch-cuda.md: every public torch.cuda name, what dmlpatch gives it on
+DirectML.
 
 Run under each torch (names come from the running torch), then once more to write the table:
 
     PYTHONPATH=src OTHER_VENV/bin/python scripts/cuda_inventory.py names > 2.4.1.json
     .venv/bin/python scripts/cuda_inventory.py names > 2.15.0.json   # or any torch
-    .venv/bin/python scripts/cuda_inventory.py markdown 2.4.1.json 2.15.0.json > docs/torch-cuda.md
+    .venv/bin/python scripts/cuda_inventory.py markdown 2.4.1.json 2.15.0.json \
+        > docs/reference/torch-cuda.md
 
 tests/unit/test_cuda_inventory.py checks the table against the running torch and dmlpatch.
 """

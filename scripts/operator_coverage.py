@@ -1,12 +1,13 @@
-"""Generate docs/operator-coverage.md: every operator a corpus of model families calls on the
+"""Generate docs/reference/operator-coverage.md: every operator a corpus of model families calls
+on the
 simulated DirectML device (torch-directml 0.2.5's profile, dmlpatch's fixes installed), in a
 training step and in inference, and how the device serves it: natively, fixed on the device by
 dmlpatch, or through DirectML's CPU fallback.
 
     .venv/bin/python scripts/operator_coverage.py [--check]
 
-``--check`` regenerates the table and fails when docs/operator-coverage.md differs (the test
-suite runs it). Models are built from configurations with random weights (no download).
+``--check`` regenerates the table and fails when docs/reference/operator-coverage.md differs (the
+test suite runs it). Models are built from configurations with random weights (no download).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-DOC = REPO / "docs" / "operator-coverage.md"
+DOC = REPO / "docs" / "reference" / "operator-coverage.md"
 PROFILE = "torch-directml-0.2.5"
 HOW = ("native", "fixed", "fallback")
 

@@ -11,7 +11,8 @@ DMLPATCH_TORCH="torch==2.14.1 torchvision==0.29.1" bash scripts/setup-demo.sh
 .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip --upgrade >/dev/null
 .venv/bin/python -m pip install --quiet --disable-pip-version-check \
   "torch==2.14.1" "torchvision==0.29.1"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  -e ".[test,docs]"
 # Debian's Chromium and ChromeDriver: the placement page is tested in a real headless browser
 # (tests/e2e/test_placement_page.py).
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then

@@ -4,11 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check src tests benchmarks examples scripts
-.venv/bin/ruff format --check src tests benchmarks examples scripts
+.venv/bin/ruff check src tests benchmarks examples scripts docs
+.venv/bin/ruff format --check src tests benchmarks examples scripts docs
 # The type checker (configured in pyproject.toml), before the tests; no comment may silence it.
 .venv/bin/mypy
-if grep -rn --include='*.py' "type: ignore" src tests benchmarks examples; then
+if grep -rn --include="*.py" "type: ignore" src tests benchmarks examples docs; then
   echo "type: ignore comments are not allowed (see above)"
   exit 1
 fi

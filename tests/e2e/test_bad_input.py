@@ -10,7 +10,8 @@ HOME, XDG_CACHE_HOME and DMLPATCH_CACHE_DIR pointing at empty directories, and c
 - nothing was written: the working, home and cache directories stay empty (a program that
   runs may leave dmlpatch's plan cache, ``plans/``), the inputs are unchanged.
 
-``CASES`` is also the README's "Errors" table; ``test_readme_table_matches`` keeps them in step.
+``CASES`` is also the documentation's Errors table (docs/reference/errors.md);
+``test_documented_table_matches`` keeps them in step.
 """
 
 from __future__ import annotations
@@ -587,9 +588,8 @@ def test_debug_shows_dmlpatch_traceback(
     _check_nothing_written(case, sandbox, inputs_before, None, set())
 
 
-def _readme_rows() -> dict[str, int]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+def _documented_rows() -> dict[str, int]:
+    section = (REPO / "docs" / "reference" / "errors.md").read_text(encoding="utf-8")
     rows = {}
     for line in section.splitlines():
         match = re.match(r"^\| `(?P<id>[a-z0-9-]+)` \|.*\| (?P<code>\d) \|$", line)
@@ -598,9 +598,10 @@ def _readme_rows() -> dict[str, int]:
     return rows
 
 
-def test_readme_table_matches() -> None:
-    """The README's Errors table lists every case, with the same exit code, and no other."""
-    assert _readme_rows() == {case.id: case.code for case in CASES}
+def test_documented_table_matches() -> None:
+    """The documentation's Errors table lists every case, with the same exit code, and no
+    other."""
+    assert _documented_rows() == {case.id: case.code for case in CASES}
 
 
 def test_table_is_broad() -> None:

@@ -9,7 +9,7 @@ dmlpatch's exact lines and what is left on disk. The suite runs as root (CI incl
 - the main script's globals are python's, name for name;
 - what dmlpatch writes is private under umask 022 and 002.
 
-The README's "Reliability" section lists these promises.
+The documentation's Reliability page (docs/reference/reliability.md) lists these promises.
 """
 
 from __future__ import annotations

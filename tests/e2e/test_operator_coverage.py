@@ -1,4 +1,4 @@
-"""docs/operator-coverage.md is what scripts/operator_coverage.py generates today: every
+"""docs/reference/operator-coverage.md is what scripts/operator_coverage.py generates today: every
 operator a corpus of model families (torchvision classification, detection and segmentation,
 transformers encoder, decoder and seq2seq, diffusers UNet, VAE and DiT, speech and source
 separation, recurrent and graph models) calls on the simulated device in training and
@@ -12,7 +12,7 @@ from pathlib import Path
 from support import run_python
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "operator-coverage.md"
+DOC = REPO / "docs" / "reference" / "operator-coverage.md"
 
 
 def test_the_coverage_table_is_current() -> None:

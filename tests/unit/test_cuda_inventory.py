@@ -1,5 +1,5 @@
-"""docs/torch-cuda.md, the inventory of every public ``torch.cuda`` name, holds for the running
-torch and for what the rewriter and the runtime really do with each name."""
+"""docs/reference/torch-cuda.md, the inventory of every public ``torch.cuda`` name, holds for the
+running torch and for what the rewriter and the runtime really do with each name."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dmlpatch.runtime import sites as runtime
 
 from support import REPO
 
-DOC = REPO / "docs" / "torch-cuda.md"
+DOC = REPO / "docs" / "reference" / "torch-cuda.md"
 VERSION = torch.__version__.split("+")[0]
 
 
@@ -27,7 +27,8 @@ def rows() -> dict[str, dict]:
 def test_the_running_torch_has_its_column_and_every_public_name_a_row(rows) -> None:
     versions = set().union(*(row["versions"] for row in rows.values()))
     assert VERSION in versions, (
-        f"docs/torch-cuda.md has no column for torch {VERSION}: run scripts/cuda_inventory.py"
+        f"docs/reference/torch-cuda.md has no column for torch {VERSION}: "
+        "run scripts/cuda_inventory.py"
     )
     listed = sorted(name for name, row in rows.items() if VERSION in row["versions"])
     assert listed == cuda_inventory.public_names(torch.cuda)

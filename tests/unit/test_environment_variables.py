@@ -1,6 +1,7 @@
 """One list of the environment variables dmlpatch reads or sets
-(``dmlpatch.environment_variables``): the README's table is that list, and no other module of
-the package spells a ``DMLPATCH_`` name in its code."""
+(``dmlpatch.environment_variables``): the documentation's table
+(docs/reference/environment-variables.md) is that list, and no other module of the package
+spells a ``DMLPATCH_`` name in its code."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from dmlpatch import environment_variables
 
 REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "reference" / "environment-variables.md"
 PACKAGE = REPO / "src" / "dmlpatch"
 REGISTRY = PACKAGE / "environment_variables.py"
 
@@ -21,10 +23,9 @@ def _registry() -> dict[str, str]:
     return dict(environment_variables.MEANINGS)
 
 
-def _readme_table() -> dict[str, str]:
-    """The rows of the README's "Environment variables" table: name -> meaning."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Environment variables\n", 1)[1].split("\n## ", 1)[0]
+def _documented_table() -> dict[str, str]:
+    """The rows of the documentation's environment variables table: name -> meaning."""
+    section = PAGE.read_text(encoding="utf-8")
     rows = {}
     for line in section.splitlines():
         match = re.fullmatch(r"\| `([A-Z0-9_]+)` \| (.+) \|", line)
@@ -49,10 +50,10 @@ def test_every_constant_is_its_own_name_and_has_a_meaning() -> None:
     assert all(meaning.strip() for meaning in _registry().values())
 
 
-def test_the_readme_table_is_the_registry() -> None:
+def test_the_documented_table_is_the_registry() -> None:
     """Same names, same meanings, same order; the message is the table to paste."""
-    assert list(_readme_table().items()) == list(_registry().items()), (
-        "README.md's Environment variables table differs from "
+    assert list(_documented_table().items()) == list(_registry().items()), (
+        "docs/reference/environment-variables.md's table differs from "
         "dmlpatch.environment_variables.MEANINGS; it should read:\n" + _expected_table()
     )
 
@@ -110,7 +111,7 @@ def test_a_spelled_name_is_found(tmp_path: Path) -> None:
 
 
 def test_every_variable_is_used() -> None:
-    """A variable nothing reads or sets any more leaves the list (and the README)."""
+    """A variable nothing reads or sets any more leaves the list (and the documentation)."""
     sources = "\n".join(
         path.read_text(encoding="utf-8") for path in PACKAGE.rglob("*.py") if path != REGISTRY
     )

@@ -1,7 +1,8 @@
 """What Windows users meet that can be exercised on this Linux machine: Windows paths in what
 they type and in what dmlpatch writes, pip's Windows file names, and programs under paths with
 spaces whose children start by spawn (Windows' only start method). What is checked only by
-reading is listed in the README's "Windows" section."""
+reading is listed in the documentation's "Windows specifics" section
+(docs/guide/install.md)."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ Each name is one of:
   plain python (``dmlpatch.rewriting.transform``).
 
 The public names of a torch are its ``torch.cuda.__all__`` and the submodules of ``torch.cuda``
-it imports. ``docs/torch-cuda.md`` is this table for torch 2.4.1 (torch-directml's) and the
-newest torch, made by ``scripts/cuda_inventory.py`` from the running torches; a test checks it
+it imports. ``docs/reference/torch-cuda.md`` is this table for torch 2.4.1 (torch-directml's) and
+the newest torch, made by ``scripts/cuda_inventory.py`` from the running torches; a test checks it
 against the running torch and this module.
 """
 

@@ -1,7 +1,7 @@
 """Libraries that run only on CUDA: a function of a rewritten module that uses a name imported
 from one keeps CUDA's meaning (``dmlpatch.rewriting.transform.as_written``), because telling it
 that its device is CUDA would send it into a kernel no other device has. The survey of this
-environment's site-packages behind the list is in ``docs/device-tests.md``."""
+environment's site-packages behind the list is in ``docs/reference/device-tests.md``."""
 
 from __future__ import annotations
 
