@@ -13,6 +13,7 @@ _VERSION = (Path(__file__).parent.parent / "src" / "dmlpatch" / "_version.py").r
 
 project = "dmlpatch"
 author = "the dmlpatch developers"
+copyright = "the dmlpatch developers"
 _FOUND = re.search(r'__version__ = "([^"]+)"', _VERSION)
 release = _FOUND.group(1) if _FOUND else "unknown"
 extensions = ["myst_parser"]
