@@ -181,14 +181,17 @@ def _count(
 ) -> None:
     site, layer, level, loading, building = _walk()
     if name not in _warned and name not in _forced:
-        _warned.add(name)
         from dmlpatch.sim import counting
 
         message = counting.fallback_warning(name)
-        if site is None:  # a backward operator, on autograd's thread: no caller of its own
-            counting.warn_at_backward(message, frames)
-        else:
+        if site is not None:
+            _warned.add(name)
             warnings.warn(message, UserWarning, stacklevel=level)
+        else:  # a backward operator, on autograd's thread: no caller of its own
+            from dmlpatch.placement import backward_lines
+
+            if backward_lines.say(name, message):
+                _warned.add(name)
     book = ledger.current()
     if book is None or book.counted != "layers":
         return

@@ -17,7 +17,6 @@ import os
 import sys
 import threading
 import traceback
-import types
 import warnings
 from typing import Any, Optional
 
@@ -72,7 +71,15 @@ def _notify(anchor: torch.Tensor, name: str, warn: bool, trace: str) -> None:
         if frame is not None:
             warnings.warn(fallback_warning(name), UserWarning, stacklevel=level + 1)
         else:
-            warn_at_backward(fallback_warning(name), frames)
+            # DirectML's own fallback warns once per operator: it names the forward line where
+            # the program records forward stacks, else the backward() line.
+            from dmlpatch.placement import backward_lines
+
+            line = backward_lines.forward_line(torch._C._current_autograd_node())
+            if line is not None:
+                backward_lines.warn_at(fallback_warning(name), line)
+            else:
+                backward_lines.warn_at_backward(fallback_warning(name))
     if trace:
         stack = traceback.extract_stack()
         while stack and _internal(stack[-1].filename):
@@ -85,44 +92,6 @@ def _programs(frame: Any, frames: Any) -> bool:
     """A frame of the program (or of its library): neither torch's nor dmlpatch's."""
     filename = frame.f_code.co_filename
     return filename in _PROGRAM_TEXT or not frames.internal(filename)
-
-
-#: Where a backward pass is driven from: torch's engine call (2.3+) and its callers.
-_ENGINE_CALLS = frozenset({"_engine_run_backward", "backward", "grad"})
-
-
-def warn_at_backward(message: str, frames: Any) -> None:
-    """A backward operator's warning, from autograd's device thread (no Python caller of its
-    own): at the program's line that called ``backward()``, found on the thread waiting for
-    the engine; where no thread is (or several are), where the warning was raised."""
-    me = threading.get_ident()
-    callers = []
-    for ident, innermost in sys._current_frames().items():
-        in_engine = False
-        frame: Optional[types.FrameType] = innermost
-        while frame is not None and ident != me:
-            code = frame.f_code
-            if code.co_name in _ENGINE_CALLS and frames.internal(code.co_filename):
-                in_engine = True
-            elif in_engine and _programs(frame, frames):
-                callers.append(frame)
-                break
-            frame = frame.f_back
-    if len(callers) != 1:
-        warnings.warn(message, UserWarning, stacklevel=1)
-        return
-    caller = callers[0]
-    registry = caller.f_globals.setdefault("__warningregistry__", {})
-    # Without the caller's module globals: their loader may not give sources (python -c's
-    # __main__ is "not a built-in module"), and the line is read from the file anyway.
-    warnings.warn_explicit(
-        message,
-        UserWarning,
-        caller.f_code.co_filename,
-        caller.f_lineno,
-        caller.f_globals.get("__name__", "?"),
-        registry,
-    )
 
 
 def install_hook() -> None:
