@@ -127,6 +127,13 @@ class _Judge:
         from dmlpatch.placement import operators
 
         self.selected = resolution.current()
+        import torch
+
+        # Backward operators are named at the forward line that made them: autograd records
+        # each node's forward stack (anomaly mode, without its NaN checks) while check runs.
+        self.recording = not torch.is_anomaly_enabled()
+        if self.recording:
+            torch.set_anomaly_enabled(True, False)
         self.profile, self.observer, self.shadow = _start(
             self.selected.backend, self.options.verify
         )
@@ -144,6 +151,10 @@ class _Judge:
         for context in (self.tracing, self.placement, self.shadow, self.observer):
             if context is not None:
                 context.__exit__(None, None, None)
+        if self.recording:
+            import torch
+
+            torch.set_anomaly_enabled(False)
         counters = self.observer.snapshot() if self.observer is not None else _sim_counters()
         rows = table_rows(counters, _first_line(error))
         from dmlpatch.placement import summary

@@ -45,6 +45,7 @@ class Line(NamedTuple):
     line: int
     module: str
     registry: dict[Any, Any]
+    function: str = "?"
 
 
 _lock = threading.Lock()
@@ -94,8 +95,20 @@ def forward_line(node: Any) -> Optional[Line]:
             continue
         path = match.group("file")
         if path in _PROGRAM_TEXT or not frames.internal(path):
-            return _line_of(path, int(match.group("line")))
+            return _line_of(path, int(match.group("line")), match.group("function"))
     return None
+
+
+def forward_stack(node: Any) -> Optional[str]:
+    """The forward stack autograd recorded in ``node``'s metadata, formatted as
+    :func:`traceback.format_list` formats one, if it recorded one."""
+    try:
+        stack = node.metadata.get("traceback_") if node is not None else None
+    except (AttributeError, RuntimeError):
+        return None
+    if not stack:
+        return None
+    return stack if isinstance(stack, str) else "".join(str(entry) for entry in stack)
 
 
 def warn_at_backward(message: str) -> None:
@@ -139,13 +152,13 @@ def _programs(frame: Any) -> bool:
     return filename in _PROGRAM_TEXT or not frames.internal(filename)
 
 
-def _line_of(path: str, number: int) -> Line:
+def _line_of(path: str, number: int, function: str) -> Line:
     module = "?"
     for name, loaded in list(sys.modules.items()):
         if getattr(loaded, "__file__", None) == path:
             module = name
             break
-    return Line(path, number, module, _registries.setdefault(path, {}))
+    return Line(path, number, module, _registries.setdefault(path, {}), function)
 
 
 def warn_at(message: str, line: Line) -> None:

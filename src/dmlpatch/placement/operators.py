@@ -132,6 +132,8 @@ class Counter(TorchDispatchMode):
         if kind == "cpu":
             # Frames: _count, __torch_dispatch__, then torch's dispatch machinery.
             caller = frames.caller(depth=2)
+            if caller.site is None:  # autograd's device thread: the forward line, if recorded
+                caller = caller._replace(site=_forward_site())
             if caller.building:
                 book.add(ledger.BUILDING, flops)
             elif caller.loading:
@@ -144,6 +146,13 @@ class Counter(TorchDispatchMode):
             book.add_device(kind, flops, frames.site(depth=2), family)
         else:
             book.add(kind, flops)
+
+
+def _forward_site() -> Optional[frames.Site]:
+    from dmlpatch.placement import backward_lines
+
+    line = backward_lines.forward_line(torch._C._current_autograd_node())
+    return None if line is None else frames.Site(line.file, line.line, line.function)
 
 
 #: What ``torch.jit`` traces with; each cannot record under a dispatch mode.

@@ -84,8 +84,20 @@ def _notify(anchor: torch.Tensor, name: str, warn: bool, trace: str) -> None:
         stack = traceback.extract_stack()
         while stack and _internal(stack[-1].filename):
             stack.pop()
+        formatted = "".join(traceback.format_list(stack))
+        if not any(_programs_file(entry.filename) for entry in stack):
+            # Autograd's device thread: the forward's stack, where it was recorded (check).
+            from dmlpatch.placement import backward_lines
+
+            formatted = backward_lines.forward_stack(torch._C._current_autograd_node()) or formatted
         with _first_calls_lock:
-            _first_calls.setdefault(name, "".join(traceback.format_list(stack)))
+            _first_calls.setdefault(name, formatted)
+
+
+def _programs_file(filename: str) -> bool:
+    from dmlpatch.placement import frames
+
+    return filename in _PROGRAM_TEXT or not frames.internal(filename)
 
 
 def _programs(frame: Any, frames: Any) -> bool:
