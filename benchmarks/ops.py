@@ -76,9 +76,11 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
     repeats, audio = torch.randint(0, 4, (512,)), torch.randn(4, 80, 500)
     cameras = torch.randn(64, 4, 4) + 4 * torch.eye(4)
     system, rhs = torch.randn(8, 8) + 8 * torch.eye(8), torch.randn(8, 8)
+    tall, square = torch.randn(256, 16), torch.randn(16, 64, 64)
     tensors = {
         d: [t.to(d) for t in (mask, x, weight, *mean_rstd, gates, cell, probabilities, targets)]
         + [t.to(d) for t in (betas, rows, value, grid, repeats, audio, cameras, system, rhs)]
+        + [t.to(d) for t in (tall, square)]
         for d in (dev, torch.device("cpu"))
     }
 
@@ -131,6 +133,8 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
             "aten::_linalg_solve_ex",
             lambda d: torch.linalg.solve(tensors[d][16], tensors[d][17]),
         ),
+        "qr 256x16": ("aten::linalg_qr", lambda d: torch.linalg.qr(tensors[d][18])),
+        "qr of 16 64x64": ("aten::linalg_qr", lambda d: torch.linalg.qr(tensors[d][19])),
     }
 
 

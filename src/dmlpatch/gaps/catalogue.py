@@ -328,8 +328,9 @@ FAILURES: tuple[Failure, ...] = (
         "kernel",
         "dmlpatch.opfix.linalg: inv, solve, lu_solve, lu_factor, lu_unpack, det and "
         "solve_triangular of float systems up to 8 rows on the device (LU with partial "
-        "pivoting, as LAPACK; about three kernels per row); larger systems, svd, eigh, eigvals "
-        "and qr still through the CPU (iterative: no short composition), counted as fallbacks",
+        "pivoting, as LAPACK; about three kernels per row); dmlpatch.opfix.householder: qr up "
+        "to 64 columns (Householder reflections, as LAPACK); larger systems, svd, eigh and "
+        "eigvals still through the CPU (iterative: no short composition), counted as fallbacks",
     ),
     Failure(
         "attention-fast-path",

@@ -33,6 +33,7 @@ transfers     ``_to_copy`` to another adapter (zeros) through the host; bfloat16
               float64 arriving on the device (:mod:`dmlpatch.opfix.dtype_policy`)
 linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``, ``linalg_lu_factor_ex``,
               ``_linalg_det``, ``linalg_solve_triangular`` up to 8 rows (LU)
+householder   ``linalg_qr`` up to 64 columns (Householder reflections, as LAPACK)
 spectral      ``_fft_r2c``/``_fft_c2c``/``_fft_c2r`` (every FFT and STFT), ``complex``,
               ``polar``, ``view_as_complex``: complex tensors held as pairs of reals
 attention     ``_native_multi_head_attention``, ``_transformer_encoder_layer_fwd``,
@@ -101,6 +102,7 @@ FAMILIES = (
     "dtypes",
     "transfers",
     "linalg",
+    "householder",
     "spectral",
     "allocation",
     "attention",

@@ -1,0 +1,95 @@
+"""``torch.linalg.qr`` on the device (Householder reflections, as LAPACK's): torch-directml has no
+QR kernel, so without dmlpatch each call copies through the CPU. With it Q and R equal the
+CPU's in every mode, shape, batch and dtype, zero columns included, and so do the gradients;
+a matrix wider than the device factors goes through the CPU, counted and said as a fallback."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from tests.e2e.opfix.helpers import close, no_copies, without_fixes
+
+import dmlpatch.sim as sim
+from dmlpatch.opfix import householder
+
+SHAPES = [(5, 3), (3, 5), (4, 4), (1, 1), (7, 1), (1, 6), (2, 3, 6, 4), (64, 64)]
+
+
+def test_without_dmlpatch_qr_falls_back(dev: torch.device) -> None:
+    with without_fixes(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim.reset_counters()
+        torch.linalg.qr(torch.randn(4, 3, device=dev))
+        fallbacks = sim.counters()["ops"]["fallback"]
+    assert "aten::linalg_qr.out" in fallbacks
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_q_and_r_equal_the_cpu_s(
+    dev: torch.device, shape: tuple[int, ...], mode: str, dtype: torch.dtype
+) -> None:
+    torch.manual_seed(0)
+    a = torch.randn(*shape, dtype=dtype)
+    q, r = torch.linalg.qr(a, mode=mode)
+    sim.reset_counters()
+    got_q, got_r = torch.linalg.qr(a.to(dev), mode=mode)
+    counters = sim.counters()
+    assert close(got_r, r)
+    assert close(got_q, q) if mode != "r" else got_q.numel() == 0
+    assert no_copies(counters) or counters["transfers"]["h2d"]["count"] == 1  # a's own move
+    assert counters["ops"]["fixed"].get("aten::linalg_qr.out") == 1
+    assert counters["ops"]["fallback"] == {}
+
+
+def test_columns_already_zero_get_no_reflection(dev: torch.device) -> None:
+    # A column zero below its diagonal gets no reflection (tau = 0) and keeps its sign, as in
+    # LAPACK: an upper triangular matrix is its own R with Q the identity; a zero first column
+    # stays zero with Q's first column e1.
+    upper = torch.randn(5, 4).triu()
+    upper[1, 1] = -abs(upper[1, 1])
+    zero_first = torch.randn(5, 4)
+    zero_first[:, 0] = 0
+    for a in (upper, zero_first):
+        q, r = torch.linalg.qr(a, mode="complete")
+        got_q, got_r = torch.linalg.qr(a.to(dev), mode="complete")
+        assert close(got_q, q) and close(got_r, r)
+    got_q, got_r = torch.linalg.qr(upper.to(dev))
+    assert torch.equal(got_r.cpu(), upper[:4]) and torch.equal(got_q.cpu(), torch.eye(5, 4))
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6), (3, 5, 5)])
+def test_gradients_equal_the_cpu_s(dev: torch.device, shape: tuple[int, ...]) -> None:
+    torch.manual_seed(1)
+    a = torch.randn(*shape, requires_grad=True)
+    on_device = a.detach().to(dev).requires_grad_()
+    for x in (a, on_device):
+        q, r = torch.linalg.qr(x)
+        (q.sin().sum() + (r * r).sum()).backward()
+    assert on_device.grad is not None and a.grad is not None
+    assert close(on_device.grad, a.grad)
+
+
+def test_a_matrix_wider_than_the_device_factors_goes_through_the_cpu(
+    dev: torch.device,
+) -> None:
+    a = torch.randn(3, householder.WIDEST + 1)
+    sim.reset_counters()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got_q, got_r = torch.linalg.qr(a.to(dev))
+    q, r = torch.linalg.qr(a)
+    assert close(got_q, q) and close(got_r, r)
+    assert sim.counters()["ops"]["fixed"].get("aten::linalg_qr.out") is None
+    assert any("'aten::linalg_qr.out' is not currently supported" in str(w.message) for w in caught)
+
+
+def test_an_unknown_mode_is_torch_s_error(dev: torch.device) -> None:
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.linalg.qr(torch.randn(3, 3), mode="full")
+    with pytest.raises(RuntimeError) as on_device:
+        torch.linalg.qr(torch.randn(3, 3, device=dev), mode="full")
+    assert str(on_device.value) == str(on_cpu.value)
