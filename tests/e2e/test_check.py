@@ -138,7 +138,7 @@ def test_refusal_without_a_fix_would_fail(
     assert "DirectML scatter doesn't allow for index and source" in result.err  # traceback
     assert data["verdict"] == (
         "would fail: aten::scatter.src_out at program.py:7 (known failure scatter-src-shape; "
-        "kernel: dmlpatch.opfix.scatter)"
+        "kernel: dmlpatch.opfix.tensors.scatter)"
     )
     assert data["status"] == "fails"
     assert [(r["op"], r["how"], r["calls"]) for r in data["ops"]] == [

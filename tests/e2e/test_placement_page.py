@@ -215,7 +215,7 @@ def test_fallbacks_come_costliest_first_and_link_to_their_catalogue_entry(
     link.click()
     assert browser.execute_script("return location.hash") == "#known-linalg"
     entry = browser.find_element(By.ID, "known-linalg")
-    assert "dmlpatch.opfix.linalg" in entry.text
+    assert "dmlpatch.opfix.linalg.lu" in entry.text
     # The line link lands on the marked line.
     browser.get(page.as_uri())
     browser.find_elements(By.CSS_SELECTOR, "#fallbacks tbody tr a")[0].click()

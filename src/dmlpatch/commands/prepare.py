@@ -20,6 +20,7 @@ import time
 from typing import Any, NamedTuple, Optional
 
 from dmlpatch import log
+from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SCOPE
 from dmlpatch.errors import UsageError
 
 #: Modules per task: small enough that a large package spreads over the processes and the
@@ -178,12 +179,14 @@ def main(names: list[str], jobs: Optional[int]) -> int:
     from dmlpatch.specs import engine
 
     if engine.disabled():
-        raise UsageError("dmlpatch prepare: DMLPATCH_DISABLE=1 turns dmlpatch off: nothing to do")
+        raise UsageError(
+            f"dmlpatch prepare: {DMLPATCH_DISABLE}=1 turns dmlpatch off: nothing to do"
+        )
     if jobs is not None and jobs < 1:
         raise UsageError("dmlpatch prepare: --jobs needs a number of processes, 1 or more")
     scope = scopes.configured_scope()
     if scope == "specs":
-        log.say("prepare: DMLPATCH_SCOPE=specs: only the modules patch specs name are prepared")
+        log.say(f"prepare: {DMLPATCH_SCOPE}=specs: only the modules patch specs name are prepared")
     packages, modules = work(names)
     if not modules:
         log.say("prepare: no package here that dmlpatch may rewrite: nothing to do")

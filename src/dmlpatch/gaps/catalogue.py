@@ -88,7 +88,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "no DirectML kernel, and the CPU fallback finds no CPU kernel",
         "kernel",
-        "dmlpatch.opfix.rnn: the CPU cell's arithmetic at AutogradPrivateUse1 (forward and "
+        "dmlpatch.opfix.layers.rnn: the CPU cell's arithmetic at AutogradPrivateUse1 (forward and "
         "backward)",
     ),
     Failure(
@@ -100,7 +100,7 @@ FAILURES: tuple[Failure, ...] = (
         "rule",
         "refusal rule on aten::_unique2",
         "kernel",
-        "dmlpatch.opfix.unique",
+        "dmlpatch.opfix.tensors.unique",
     ),
     Failure(
         "unique-inverse",
@@ -111,7 +111,7 @@ FAILURES: tuple[Failure, ...] = (
         "rule",
         "refusal rule on aten::_unique2",
         "kernel",
-        "dmlpatch.opfix.unique",
+        "dmlpatch.opfix.tensors.unique",
     ),
     Failure(
         "avg-pool-divisor",
@@ -122,7 +122,7 @@ FAILURES: tuple[Failure, ...] = (
         "rule",
         "refusal rule on avg_pool2d/avg_pool3d",
         "kernel",
-        "dmlpatch.opfix.pooling",
+        "dmlpatch.opfix.vision.pooling",
     ),
     Failure(
         "scatter-src-shape",
@@ -134,7 +134,7 @@ FAILURES: tuple[Failure, ...] = (
         "rule",
         "refusal rule on scatter/scatter_",
         "kernel",
-        "dmlpatch.opfix.scatter",
+        "dmlpatch.opfix.tensors.scatter",
     ),
     Failure(
         "scatter-partial",
@@ -147,7 +147,7 @@ FAILURES: tuple[Failure, ...] = (
         "rule",
         "refusal rule on scatter/scatter_",
         "kernel",
-        "dmlpatch.opfix.scatter",
+        "dmlpatch.opfix.tensors.scatter",
     ),
     Failure(
         "repeat-rank",
@@ -158,7 +158,7 @@ FAILURES: tuple[Failure, ...] = (
         "rule",
         "refusal rule on repeat",
         "kernel",
-        "dmlpatch.opfix.repeat",
+        "dmlpatch.opfix.tensors.repeat",
     ),
     Failure(
         "normal-1.8",
@@ -169,7 +169,7 @@ FAILURES: tuple[Failure, ...] = (
         "rule",
         "profile pytorch-directml-1.8 only",
         "kernel",
-        "dmlpatch.opfix.random: Box-Muller from uniform_",
+        "dmlpatch.opfix.tensors.random: Box-Muller from uniform_",
     ),
     Failure(
         "step-fallbacks",
@@ -189,7 +189,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning, copies counted",
         "kernel",
-        "dmlpatch.opfix.fallbacks",
+        "dmlpatch.opfix.tensors.common_fallbacks",
     ),
     Failure(
         "isneginf",
@@ -200,7 +200,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.masks",
+        "dmlpatch.opfix.tensors.masks",
     ),
     Failure(
         "group-norm-backward",
@@ -211,7 +211,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.normalization",
+        "dmlpatch.opfix.layers.normalization",
     ),
     Failure(
         "var-mean",
@@ -222,7 +222,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.statistics",
+        "dmlpatch.opfix.tensors.statistics",
     ),
     Failure(
         "cumprod",
@@ -233,7 +233,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.statistics: a parallel prefix product",
+        "dmlpatch.opfix.tensors.statistics: a parallel prefix product",
     ),
     Failure(
         "eye",
@@ -245,7 +245,7 @@ FAILURES: tuple[Failure, ...] = (
         "CPU fallback with DirectML's warning, and the out= resize lost (Profile."
         "drops_out_resizes): tensor([], device='privateuseone:0')",
         "kernel",
-        "dmlpatch.opfix.factories",
+        "dmlpatch.opfix.tensors.factories",
     ),
     Failure(
         "logit",
@@ -256,7 +256,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.losses",
+        "dmlpatch.opfix.layers.losses",
     ),
     Failure(
         "binary-cross-entropy",
@@ -267,7 +267,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.losses",
+        "dmlpatch.opfix.layers.losses",
     ),
     Failure(
         "grid-sampler",
@@ -278,7 +278,8 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.sampling: bilinear and nearest with zeros or border padding, forward "
+        "dmlpatch.opfix.vision.sampling: bilinear and nearest with zeros or border padding, "
+        "forward "
         "and backward; bicubic and reflection still through the CPU",
     ),
     Failure(
@@ -290,7 +291,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.indexing",
+        "dmlpatch.opfix.tensors.indexing",
     ),
     Failure(
         "embedding-bag",
@@ -301,7 +302,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.embedding: sum and mean modes, forward and backward; max mode still "
+        "dmlpatch.opfix.layers.embedding: sum and mean modes, forward and backward; max mode still "
         "through the CPU",
     ),
     Failure(
@@ -326,9 +327,10 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.linalg: inv, solve, lu_solve, lu_factor, lu_unpack, det and "
+        "dmlpatch.opfix.linalg.lu: inv, solve, lu_solve, lu_factor, lu_unpack, det and "
         "solve_triangular of float systems up to 8 rows on the device (LU with partial "
-        "pivoting, as LAPACK; about three kernels per row); dmlpatch.opfix.householder: qr up "
+        "pivoting, as LAPACK; about three kernels per row); dmlpatch.opfix.linalg.householder: qr "
+        "up "
         "to 64 columns (Householder reflections, as LAPACK); larger systems, svd, eigh and "
         "eigvals still through the CPU (iterative: no short composition), counted as fallbacks",
     ),
@@ -347,7 +349,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning, copies counted",
         "kernel",
-        "dmlpatch.opfix.attention: projections, masked softmax (mask types 0, 1, 2; float "
+        "dmlpatch.opfix.layers.attention: projections, masked softmax (mask types 0, 1, 2; float "
         "masks as bool, as the CPU reads them), output projection, the encoder layer's norms "
         "and feed-forward, as PyTorch's CPU kernels",
     ),
@@ -364,7 +366,7 @@ FAILURES: tuple[Failure, ...] = (
         "DirectML a nested tensor would have no kernels past it either",
         "spec",
         "torch spec: the encoder runs its layers on the padded batch with the padding mask "
-        "(dmlpatch.opfix.attention), padded positions zeroed before the final norm as the "
+        "(dmlpatch.opfix.layers.attention), padded positions zeroed before the final norm as the "
         "nested path leaves them; the mask check runs on the device; packing a nested tensor "
         "by hand stops with one line naming this entry",
     ),
@@ -377,7 +379,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.products",
+        "dmlpatch.opfix.linalg.products",
     ),
     Failure(
         "elementwise-fallbacks",
@@ -397,7 +399,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.elementwise",
+        "dmlpatch.opfix.tensors.elementwise",
     ),
     Failure(
         "std-amin",
@@ -409,7 +411,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.statistics",
+        "dmlpatch.opfix.tensors.statistics",
     ),
     Failure(
         "weight-norm",
@@ -421,7 +423,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.weight_norm",
+        "dmlpatch.opfix.layers.weight_norm",
     ),
     Failure(
         "peer-suite-fallbacks",
@@ -460,7 +462,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.indexing",
+        "dmlpatch.opfix.tensors.indexing",
     ),
     Failure(
         "random-sampling",
@@ -471,7 +473,8 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.random: normal_ then the CPU's multiply-add (the CPU's samples, seed "
+        "dmlpatch.opfix.tensors.random: normal_ then the CPU's multiply-add (the CPU's samples, "
+        "seed "
         "for seed)",
     ),
     Failure(
@@ -504,7 +507,7 @@ FAILURES: tuple[Failure, ...] = (
         "Profile.unsupported_dtypes: a complex device tensor raises DirectML's text (DirectML "
         "stops the process with it, a fatal log line of dml_util.cc)",
         "kernel",
-        "dmlpatch.opfix.spectral: complex tensors are held as pairs of reals on the device "
+        "dmlpatch.opfix.complex.spectral: complex tensors are held as pairs of reals on the device "
         "(dmlpatch.opfix.complex) and their operations composed of real ones; FFTs and STFTs "
         "are matrix products, no copy to the host; an operation not composed stops with one "
         "line naming it (.cpu() the tensor first)",
@@ -520,7 +523,8 @@ FAILURES: tuple[Failure, ...] = (
         "pytorch",
         "no kernel is registered for SparsePrivateUse1",
         "kernel",
-        "dmlpatch.opfix.sparse: a sparse tensor moved to the device stays on the CPU (none can "
+        "dmlpatch.opfix.tensors.sparse: a sparse tensor moved to the device stays on the CPU (none "
+        "can "
         "exist on DirectML), said once; the model's parameters move",
     ),
     Failure(
@@ -562,7 +566,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "",
         "kernel",
-        "dmlpatch.opfix.sliding_blocks: strided slices of the padded image, one per kernel "
+        "dmlpatch.opfix.vision.sliding_blocks: strided slices of the padded image, one per kernel "
         "offset or per block (whichever is fewer), stacked for im2col and added up for col2im; "
         "PyTorch's derivatives call the other on the device",
     ),
@@ -592,7 +596,8 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "torchvision's operators are in no list of DirectML's kernels: they fall back",
         "kernel",
-        "dmlpatch.opfix.vision: nms as a fixed point of greedy suppression (torchvision's "
+        "dmlpatch.opfix.vision.detection: nms as a fixed point of greedy suppression "
+        "(torchvision's "
         "indices), roi_align as two batched matrix products with the bins' interpolation "
         "matrices, differentiated by autograd; roi_pool as a maximum over rows of the rows' "
         "maxima, its backward a scatter-add at the maxima; ps_roi_align and ps_roi_pool "
@@ -655,7 +660,7 @@ FAILURES: tuple[Failure, ...] = (
         f"{DMLPATCH_SIM_FLOAT64}=0: has_float64_support() is False and a float64 device tensor "
         "raises DirectML's text",
         "kernel",
-        "dmlpatch.opfix.allocation: float64 runs as float32 on such an adapter, said once "
+        "dmlpatch.opfix.tensors.allocation: float64 runs as float32 on such an adapter, said once "
         "(float32's precision; integer-valued float64 beyond 2**24, such as large indices or "
         "timestamps kept as float64, loses its low bits: keep those as int64)",
     ),
@@ -690,7 +695,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.indexing",
+        "dmlpatch.opfix.tensors.indexing",
     ),
     Failure(
         "foreach-optimizers",
@@ -710,7 +715,8 @@ FAILURES: tuple[Failure, ...] = (
         "the simulator sends them to its CPU fallback on every torch (newer torch would "
         "compose them of per-tensor operators first)",
         "kernel",
-        "dmlpatch.opfix.foreach: each element through the per-tensor operator, as the CPU's "
+        "dmlpatch.opfix.optimizers.foreach: each element through the per-tensor operator, as the "
+        "CPU's "
         "slow path",
     ),
     Failure(
@@ -724,7 +730,7 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "",
         "kernel",
-        "dmlpatch.opfix.optimizers: the fused step of the CPU kernel, composed of per-tensor "
+        "dmlpatch.opfix.optimizers.fused: the fused step of the CPU kernel, composed of per-tensor "
         "operators",
     ),
     Failure(
@@ -737,7 +743,8 @@ FAILURES: tuple[Failure, ...] = (
         "quirk",
         "mul.Tensor and mul_.Tensor with a bool device tensor as other (what the reports pin)",
         "kernel",
-        "dmlpatch.opfix.dtypes: the mask is cast to the result's dtype first (PyTorch's type "
+        "dmlpatch.opfix.tensors.dtypes: the mask is cast to the result's dtype first (PyTorch's "
+        "type "
         "promotion); every other product goes to DirectML's mul.out",
     ),
     Failure(
@@ -750,7 +757,7 @@ FAILURES: tuple[Failure, ...] = (
         "quirk",
         "nll_loss_backward with reduction='none' returns zeros",
         "kernel",
-        "dmlpatch.opfix.losses: -dy*w[t] written at each row's target with one scatter "
+        "dmlpatch.opfix.layers.losses: -dy*w[t] written at each row's target with one scatter "
         "(nothing for ignore_index); the other reductions go to DirectML's kernel",
     ),
     Failure(
@@ -788,7 +795,8 @@ FAILURES: tuple[Failure, ...] = (
         "quirk",
         "sum over a uint8 device tensor raises an error whose text is not UTF-8",
         "kernel",
-        "dmlpatch.opfix.dtypes: summed in int64 on the device and cast to the dtype asked for "
+        "dmlpatch.opfix.tensors.dtypes: summed in int64 on the device and cast to the dtype asked "
+        "for "
         "(torch.sum(..., out=t) over uint8 is not covered); other sums go to DirectML's "
         "sum.IntList_out",
     ),
@@ -803,7 +811,7 @@ FAILURES: tuple[Failure, ...] = (
         "Profile.unsupported_dtypes: a bfloat16 device tensor raises DirectML's text (DirectML "
         "stops the process with it, a fatal log line of dml_util.cc)",
         "kernel",
-        "dmlpatch.opfix.allocation: bfloat16 runs as float32 (exact), or as float16 with "
+        "dmlpatch.opfix.tensors.allocation: bfloat16 runs as float32 (exact), or as float16 with "
         f"{DMLPATCH_BF16}=float16 (half the memory, float16's range), said once; tensors read "
         "as that dtype. Not covered: an operator asked for a bfloat16 result on the device "
         "(x.sum(dtype=torch.bfloat16)), empty_like/empty_strided with that dtype",
@@ -826,7 +834,8 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "",
         "kernel",
-        "dmlpatch.opfix.half_on_host: the fallback computes them in float32 on the CPU and "
+        "dmlpatch.opfix.precision.half_on_host: the fallback computes them in float32 on the CPU "
+        "and "
         "brings float16 back, counted as a fallback",
     ),
     Failure(
@@ -864,7 +873,8 @@ FAILURES: tuple[Failure, ...] = (
         "quirk",
         "a copy between two simulated adapters writes zeros",
         "kernel",
-        "dmlpatch.opfix.transfers: Tensor.to another adapter goes through the host (forward "
+        "dmlpatch.opfix.tensors.transfers: Tensor.to another adapter goes through the host "
+        "(forward "
         "and backward); dst.copy_(src) across adapters is not covered",
     ),
     Failure(

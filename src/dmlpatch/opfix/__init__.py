@@ -7,46 +7,68 @@ answers a few calls wrongly (a float times a bool is bool; ``reduction='none'`` 
 cross-entropy gradient).
 Each module here fixes one family with kernels composed only of operators DirectML runs
 natively, registered for the ``PrivateUse1`` dispatch key (``AutogradPrivateUse1`` where the
-backward is missing too) with :mod:`torch.library`:
+backward is missing too) with :mod:`torch.library`. The modules are grouped in packages by
+what they serve (``tensors``, ``layers``, ``optimizers``, ``vision``, ``linalg``, ``complex``,
+``precision``), and a catalogue entry (:mod:`dmlpatch.gaps.catalogue`) names the module of its
+fix:
 
-============= ==================================================================================
-unique        ``_unique2`` (counts/inverse), ``unique_dim``, ``unique_consecutive`` and friends
-pooling       ``avg_pool2d``/``avg_pool3d`` with ``divisor_override``
-repeat        ``repeat`` to more than 4 dimensions
-scatter       ``scatter``/``scatter_`` with an index smaller than ``self`` or ``src``
-random        ``normal_`` (pytorch-directml 1.8) from ``uniform_`` and Box-Muller
-fallbacks     ``silu_backward``, ``lerp``, ``nan_to_num``, ``addmv``, ``bincount`` (CPU fallbacks)
-rnn           ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (missing: every LSTM/GRU step)
-masks         ``isneginf``/``isposinf`` (every transformers attention mask)
-normalization ``native_group_norm_backward`` (every diffusion UNet/VAE training step)
-statistics    ``var_mean``, ``std``, ``amin``, ``aminmax``, ``cumprod``
-factories     ``eye``
-losses        ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward;
-              ``nll_loss_backward`` with ``reduction='none'`` (all-zero gradients)
-sparse        sparse tensors moved to the device stay on the CPU (whisper's sparse buffer)
-sampling      ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
-indexing      ``repeat_interleave`` (tensor repeats), ``count_nonzero``, ``upsample_nearest1d``
-foreach       ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor operators
-embedding     ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and backward
-dtypes        ``mul``/``mul_`` by a bool tensor (a bool result) and ``sum`` over uint8
-transfers     ``_to_copy`` to another adapter (zeros) through the host; bfloat16, complex and
-              float64 arriving on the device (:mod:`dmlpatch.opfix.dtype_policy`)
-linalg        ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``, ``linalg_lu_factor_ex``,
-              ``_linalg_det``, ``linalg_solve_triangular`` up to 8 rows (LU)
-householder   ``linalg_qr`` up to 64 columns (Householder reflections, as LAPACK)
-spectral      ``_fft_r2c``/``_fft_c2c``/``_fft_c2r`` (every FFT and STFT), ``complex``,
-              ``polar``, ``view_as_complex``: complex tensors held as pairs of reals
-attention     ``_native_multi_head_attention``, ``_transformer_encoder_layer_fwd``,
-              ``_masked_softmax`` (the fast path of ``nn.MultiheadAttention`` and
-              ``nn.TransformerEncoderLayer`` in eval)
-products      ``dot``, ``linalg_cross`` (geometry code)
-elementwise   ``clamp``/``clamp_min``/``clamp_max`` with tensor bounds, ``glu`` and its backward,
-              ``nextafter``, ``_assert_async``
-weight_norm   ``_weight_norm_interface`` and its backward (every weight-normed convolution)
-allocation    ``empty``/``full`` of bfloat16, complex or float64 on the device; ``torch.load``
-half_on_host  float16 through the CPU fallback of operators whose CPU kernel has no float16
-cpu_ops       ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
-============= ==================================================================================
+========================= ==========================================================================
+complex.spectral          ``_fft_r2c``/``_fft_c2c``/``_fft_c2r`` (every FFT and STFT), ``complex``,
+                          ``polar``, ``view_as_complex``: complex tensors held as pairs of reals
+cpu_ops                   ``DMLPATCH_CPU_OPS=aten::foo,...``: named operators forced to the CPU
+layers.attention          ``_native_multi_head_attention``, ``_transformer_encoder_layer_fwd``,
+                          ``_masked_softmax`` (the fast path of ``nn.MultiheadAttention`` and
+                          ``nn.TransformerEncoderLayer`` in eval)
+layers.embedding          ``_embedding_bag`` (``nn.EmbeddingBag``) sum and mean, forward and
+                          backward
+layers.losses             ``logit`` (RT-DETR) and ``binary_cross_entropy``, forward and backward;
+                          ``nll_loss_backward`` with ``reduction='none'`` (all-zero gradients)
+layers.normalization      ``native_group_norm_backward`` (every diffusion UNet/VAE training step)
+layers.rnn                ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (missing: every
+                          LSTM/GRU step)
+layers.weight_norm        ``_weight_norm_interface`` and its backward (every weight-normed
+                          convolution)
+linalg.householder        ``linalg_qr`` up to 64 columns (Householder reflections, as LAPACK)
+linalg.lu                 ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``,
+                          ``linalg_lu_factor_ex``, ``_linalg_det``, ``linalg_solve_triangular`` up
+                          to 8 rows (LU)
+linalg.products           ``dot``, ``linalg_cross`` (geometry code)
+optimizers.foreach        ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor
+                          operators
+optimizers.fused          ``_fused_adam_``/``_fused_adamw_`` (``Adam``/``AdamW(fused=True)``) as
+                          per-tensor operators
+precision.float64_draws   ``randn``/``rand``/``normal`` of float64 drawn on the host where the
+                          adapter has no float64 (the CPU's numbers)
+precision.half_on_host    float16 through the CPU fallback of operators whose CPU kernel has no
+                          float16
+tensors.allocation        ``empty``/``full`` of bfloat16, complex or float64 on the device;
+                          ``torch.load``
+tensors.common_fallbacks  ``silu_backward``, ``lerp``, ``nan_to_num``, ``addmv``, ``bincount`` (CPU
+                          fallbacks)
+tensors.dtypes            ``mul``/``mul_`` by a bool tensor (a bool result) and ``sum`` over uint8
+tensors.elementwise       ``clamp``/``clamp_min``/``clamp_max`` with tensor bounds, ``glu`` and its
+                          backward, ``nextafter``, ``_assert_async``
+tensors.factories         ``eye``
+tensors.indexing          ``repeat_interleave`` (tensor repeats), ``count_nonzero``,
+                          ``upsample_nearest1d``
+tensors.masks             ``isneginf``/``isposinf`` (every transformers attention mask)
+tensors.random            ``normal_`` (pytorch-directml 1.8) from ``uniform_`` and Box-Muller
+tensors.repeat            ``repeat`` to more than 4 dimensions
+tensors.scatter           ``scatter``/``scatter_`` with an index smaller than ``self`` or ``src``
+tensors.sparse            sparse tensors moved to the device stay on the CPU (whisper's sparse
+                          buffer)
+tensors.statistics        ``var_mean``, ``std``, ``amin``, ``aminmax``, ``cumprod``
+tensors.transfers         ``_to_copy`` to another adapter (zeros) through the host; bfloat16,
+                          complex and float64 arriving on the device
+                          (:mod:`dmlpatch.opfix.dtype_policy`)
+tensors.unique            ``_unique2`` (counts/inverse), ``unique_dim``, ``unique_consecutive`` and
+                          friends
+vision.detection          torchvision's ``nms``, ``roi_align``, ``roi_pool``, ``ps_roi_align``,
+                          ``ps_roi_pool``, ``deform_conv2d`` and their backwards
+vision.pooling            ``avg_pool2d``/``avg_pool3d`` with ``divisor_override``
+vision.sampling           ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
+vision.sliding_blocks     ``im2col``/``col2im`` (``F.unfold``/``F.fold``), forward and backward
+========================= ==========================================================================
 
 Two are PyTorch's gaps rather than DirectML's, and are installed for every profile:
 :mod:`dmlpatch.opfix.module_moves` keeps parameters the same objects when a module moves to or
@@ -81,38 +103,38 @@ if TYPE_CHECKING:
 
 #: The modules holding fixes, in installation order.
 FAMILIES = (
-    "unique",
-    "pooling",
-    "repeat",
-    "scatter",
-    "random",
-    "fallbacks",
-    "rnn",
-    "masks",
-    "normalization",
-    "statistics",
-    "factories",
-    "losses",
-    "sparse",
-    "sampling",
-    "indexing",
-    "foreach",
-    "optimizers",
-    "embedding",
-    "dtypes",
-    "transfers",
-    "linalg",
-    "householder",
-    "spectral",
-    "allocation",
-    "attention",
-    "products",
-    "elementwise",
-    "weight_norm",
-    "half_on_host",
-    "vision",
-    "sliding_blocks",
-    "float64_draws",
+    "tensors.unique",
+    "vision.pooling",
+    "tensors.repeat",
+    "tensors.scatter",
+    "tensors.random",
+    "tensors.common_fallbacks",
+    "layers.rnn",
+    "tensors.masks",
+    "layers.normalization",
+    "tensors.statistics",
+    "tensors.factories",
+    "layers.losses",
+    "tensors.sparse",
+    "vision.sampling",
+    "tensors.indexing",
+    "optimizers.foreach",
+    "optimizers.fused",
+    "layers.embedding",
+    "tensors.dtypes",
+    "tensors.transfers",
+    "linalg.lu",
+    "linalg.householder",
+    "complex.spectral",
+    "tensors.allocation",
+    "layers.attention",
+    "linalg.products",
+    "tensors.elementwise",
+    "layers.weight_norm",
+    "precision.half_on_host",
+    "vision.detection",
+    "vision.sliding_blocks",
+    "precision.float64_draws",
 )
 
 
@@ -281,7 +303,8 @@ def _wait_for_triggers(waiting: dict[str, list[Kernel]]) -> None:
         _register(library, chosen)
         _triggered.append(library)
 
-    from dmlpatch.opfix import allocation, dtype_policy, transfers
+    from dmlpatch.opfix import dtype_policy
+    from dmlpatch.opfix.tensors import allocation, transfers
 
     if dtype_policy.current() is None:
         # No allocation and copy kernels to see a trigger with: install them at once.
@@ -357,7 +380,8 @@ def _adapter_count(backend: str) -> int:
 
 
 def _configure_dtypes(missing: Gaps, float64: Optional[bool], adapters: int) -> None:
-    from dmlpatch.opfix import allocation, dtype_policy, transfers
+    from dmlpatch.opfix import dtype_policy
+    from dmlpatch.opfix.tensors import allocation, transfers
 
     transfers.between_adapters("device-to-device" in missing.quirks, adapters)
     if missing.dtypes or float64 is None:
@@ -403,7 +427,8 @@ def installed() -> Optional[Installed]:
 def uninstall() -> None:
     """Remove every registered kernel: DirectML's own kernels serve the operators again."""
     global _library, _installed
-    from dmlpatch.opfix import allocation, module_moves, sentinels, sharing, triggers
+    from dmlpatch.opfix import module_moves, sentinels, sharing, triggers
+    from dmlpatch.opfix.tensors import allocation
 
     with _lock:
         module_moves.uninstall()

@@ -23,7 +23,7 @@ branches on it takes its float32 branch, as it would for a float32 checkpoint. C
 read as complex.
 
 The choice is applied where a tensor of such a dtype would come to exist on the device (see
-:mod:`dmlpatch.opfix.allocation`): nothing here runs for other dtypes.
+:mod:`dmlpatch.opfix.tensors.allocation`): nothing here runs for other dtypes.
 """
 
 from __future__ import annotations

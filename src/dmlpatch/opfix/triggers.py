@@ -8,7 +8,7 @@ native call itself on the simulated device) for a case most programs never meet.
 fixes are installed the moment the first tensor of their dtype comes to exist on the device:
 
 - every tensor that arrives by a copy or an allocation is seen by kernels dmlpatch has there
-  anyway (:mod:`dmlpatch.opfix.transfers`, :mod:`dmlpatch.opfix.allocation`);
+  anyway (:mod:`dmlpatch.opfix.tensors.transfers`, :mod:`dmlpatch.opfix.tensors.allocation`);
 - bool tensors are also made by DirectML's own comparisons and logical operators, which
   :mod:`dmlpatch.opfix.sentinels` watches until the first one appears (then those sentinels
   stand aside: they cost their operators a Python call until then).

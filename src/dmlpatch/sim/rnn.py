@@ -2,7 +2,7 @@
 
 DirectML lacks ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (the simulator's DirectML
 profiles reproduce that); the permissive profile registers the compositions of
-:mod:`dmlpatch.opfix.rnn` as if they were native, uncounted as fixes.
+:mod:`dmlpatch.opfix.layers.rnn` as if they were native, uncounted as fixes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def install() -> None:
     global _LIBRARY
     if _LIBRARY is not None:
         return
-    from dmlpatch.opfix.rnn import gru_cell, lstm_cell
+    from dmlpatch.opfix.layers.rnn import gru_cell, lstm_cell
 
     library = torch.library.Library("aten", "IMPL")
     library.impl("_thnn_fused_lstm_cell", lstm_cell, "AutogradPrivateUse1")

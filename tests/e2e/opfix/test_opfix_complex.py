@@ -1,4 +1,4 @@
-"""Complex numbers and the FFT family on the device (``dmlpatch.opfix.spectral``,
+"""Complex numbers and the FFT family on the device (``dmlpatch.opfix.complex.spectral``,
 ``dmlpatch.opfix.complex``): every transform, STFT and operation equals the CPU within
 float32 rounding, makes no copy to the host, and keeps autograd; without dmlpatch each stops
 with DirectML's ``Invalid or unsupported data type ComplexFloat.``."""

@@ -13,7 +13,7 @@ import torch
 from tests.e2e.opfix.helpers import without_fixes
 
 import dmlpatch.sim as sim
-from dmlpatch.opfix import foreach
+from dmlpatch.opfix.optimizers import foreach
 
 OPTIMIZERS: dict[str, tuple[type, dict[str, Any]]] = {
     "SGD nesterov": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True}),

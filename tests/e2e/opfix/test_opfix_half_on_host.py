@@ -1,6 +1,6 @@
-"""float16 through the CPU fallback (``dmlpatch.opfix.half_on_host``): operators DirectML sends
-to the CPU whose CPU kernel has no float16 run there in float32 and come back as float16,
-counted as fallbacks; without dmlpatch a float16 program stops there."""
+"""float16 through the CPU fallback (``dmlpatch.opfix.precision.half_on_host``): operators
+DirectML sends to the CPU whose CPU kernel has no float16 run there in float32 and come back
+as float16, counted as fallbacks; without dmlpatch a float16 program stops there."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import torch
 from tests.e2e.opfix.helpers import close, no_copies, without_fixes
 
 import dmlpatch.sim as sim
-from dmlpatch.opfix import householder
+from dmlpatch.opfix.linalg import householder
 
 SHAPES = [(5, 3), (3, 5), (4, 4), (1, 1), (7, 1), (1, 6), (2, 3, 6, 4), (64, 64)]
 

@@ -22,7 +22,7 @@ from torchvision.ops import (
 )
 
 import dmlpatch.sim as sim
-from dmlpatch.opfix import vision
+from dmlpatch.opfix.vision import detection as vision
 
 
 def _boxes(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,7 +28,8 @@ b = a.to(sim.device(0))                                       # d2d, 1 KiB
 c = b.to(one).cpu()                                           # d2d, then d2h
 counts = sim.counters()["transfers"]
 out["transfers"] = {k: [counts[k]["count"], counts[k]["bytes"]] for k in ("h2d", "d2h", "d2d")}
-# DirectML copies between adapters as zeros (microsoft/DirectML#443; dmlpatch.opfix.transfers)
+# DirectML copies between adapters as zeros (microsoft/DirectML#443;
+# dmlpatch.opfix.tensors.transfers)
 out["round_trip_zeros"] = bool(torch.equal(c, torch.zeros(256)))
 
 try:

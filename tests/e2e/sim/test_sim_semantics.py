@@ -201,7 +201,7 @@ def test_two_adapters_and_d2d_copies() -> None:
     assert result["names"] == ["Simulated Radeon (discrete)", "Simulated UHD (integrated)"]
     assert result["module"] == "Simulated UHD (integrated)"
     # DirectML copies between adapters as zeros (microsoft/DirectML#443), and so does the
-    # simulator (dmlpatch.opfix.transfers goes through the host instead).
+    # simulator (dmlpatch.opfix.tensors.transfers goes through the host instead).
     assert result["b"] == "privateuseone:1" and result["vals"] == [0.0, 0.0, 0.0, 0.0]
     assert result["d2d"] == {"count": 1, "bytes": 16}
     assert "privateuseone:0 and privateuseone:1" in result["mixed"]

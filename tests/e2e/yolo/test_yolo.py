@@ -25,7 +25,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dmlpatch import paths
-from dmlpatch.opfix.vision import greedy_nms
+from dmlpatch.opfix.vision.detection import greedy_nms
 
 from support import (
     REPO,
@@ -571,7 +571,7 @@ def test_greedy_nms_is_torchvision_nms(
 
 
 def test_greedy_nms_blocks_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dmlpatch.opfix.vision as fixes
+    import dmlpatch.opfix.vision.detection as fixes
 
     generator = torch.Generator().manual_seed(0)
     corners = torch.rand(300, 2, generator=generator) * 100

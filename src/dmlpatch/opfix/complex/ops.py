@@ -11,7 +11,7 @@ pairs, all of which DirectML runs natively:
 - arithmetic is written out on the parts: ``(a+bi)(c+di) = (ac-bd) + (ad+bc)i`` and so on,
   with real tensors, host scalars and Python numbers mixed in as PyTorch promotes them;
 - ``abs``, ``angle``, ``view_as_real``, ``real`` and ``imag`` give real tensors;
-- ``_fft_c2c`` and ``_fft_c2r`` come from :mod:`dmlpatch.opfix.spectral`;
+- ``_fft_c2c`` and ``_fft_c2r`` come from :mod:`dmlpatch.opfix.complex.spectral`;
 - copies to and from the host go through ``torch.view_as_complex`` on the host.
 
 An operator without an entry stops with one line that names it and the catalogue entry

@@ -3,7 +3,8 @@
 basicsr's StyleGAN2 ops (``fused_leaky_relu``, ``upfirdn2d``) call CUDA extensions that exist
 only in a CUDA build of basicsr; the fixes compute the same functions with PyTorch ops, which
 run on any device. StyleGAN2's per-pass noise (``normal_``, missing in pytorch-directml 1.8)
-needs no fix here: ``dmlpatch.opfix.random`` serves ``normal_`` on the device for any library.
+needs no fix here: ``dmlpatch.opfix.tensors.random`` serves ``normal_`` on the device for any
+library.
 Offline, a failed weight download gets a hint saying where the file must go.
 """
 

@@ -5,7 +5,7 @@ default), the encoder packs the batch's sequences into a nested tensor, runs its
 and pads the result again with zeros. DirectML has no nested tensors: its CPU fallback builds
 one on the host and cannot hand it back, so the encoder that runs under plain python on the CPU
 stops on the device. Here the encoder runs the same layers on the padded batch with the padding
-mask instead (the layers' own fast path, :mod:`dmlpatch.opfix.attention`), and the padded
+mask instead (the layers' own fast path, :mod:`dmlpatch.opfix.layers.attention`), and the padded
 positions are zeroed before the final norm, as the nested path leaves them: the result equals
 the CPU's. Whether the encoder would have packed is torch's own decision, taken in its forward:
 the device's ``_nested_tensor_from_mask`` raises before anything else has run, and only then is
@@ -31,7 +31,7 @@ def encoder_forward(
     device = getattr(src, "device", None)
     if padding is None or device is None or device.type != DEVICE_TYPE:
         return wrapped(*args, **kwargs)
-    from dmlpatch.opfix.attention import NestedTensorsUnsupported
+    from dmlpatch.opfix.layers.attention import NestedTensorsUnsupported
 
     try:
         return wrapped(*args, **kwargs)

@@ -78,7 +78,7 @@ def factor(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.
 
 def _qr(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
     if a.dtype not in _FLOATS or a.dim() < 2 or a.shape[-1] > WIDEST or a.numel() == 0:
-        from dmlpatch.opfix.linalg import _through_the_cpu
+        from dmlpatch.opfix.linalg.lu import _through_the_cpu
 
         return _through_the_cpu("aten::linalg_qr.out", torch.ops.aten.linalg_qr, (a,), mode=mode)
     if mode not in ("reduced", "complete", "r"):

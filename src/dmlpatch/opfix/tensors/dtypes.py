@@ -24,9 +24,10 @@ from typing import Optional, Union
 
 import torch
 
-from dmlpatch.opfix import sentinels, transfers
+from dmlpatch.opfix import sentinels
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.tensors import transfers
 
 _BOOL = torch.bool
 _UINT8 = torch.uint8

@@ -6,7 +6,7 @@ roads, and each is watched here for those dtypes only (what they become is
 
 - **copies**: ``.to(device)``, ``.cuda()``, ``.to(device, dtype)``, ``.to(dtype)`` and
   ``.bfloat16()`` of a device tensor, ``module.to(...)``, safetensors and transformers' loaders:
-  all are ``aten::_to_copy``, which :mod:`dmlpatch.opfix.transfers` serves on DirectML (host
+  all are ``aten::_to_copy``, which :mod:`dmlpatch.opfix.tensors.transfers` serves on DirectML (host
   tensors too: PyTorch selects the kernel by the destination). The copy is cast on the host
   first, so a float16 request of a bfloat16 checkpoint never holds float32 on the device;
 - **factories** with ``device=`` (``torch.zeros(..., dtype=torch.bfloat16, device=...)``,

@@ -1,0 +1,1 @@
+"""Layers: attention, embeddings, losses, normalisation, recurrent cells, weight normalisation."""

@@ -1,0 +1,1 @@
+"""Linear algebra: LU solves, inverses and determinants, QR, products."""

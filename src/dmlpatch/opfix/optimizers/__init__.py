@@ -1,0 +1,1 @@
+"""Optimizer steps: the foreach operators and the fused Adam/AdamW."""

@@ -1,0 +1,2 @@
+"""Tensors: allocation, dtypes, indexing, scatter, reductions, transfers, and the small
+operators every training step meets."""

@@ -1,0 +1,1 @@
+"""Vision: torchvision's detection operators, grid sampling, pooling, sliding blocks."""
