@@ -202,6 +202,42 @@ def demucs_htdemucs(dev: torch.device, training: bool) -> None:
     _train_or_infer(model, training, lambda: model(mix))
 
 
+def encodec(dev: torch.device, training: bool) -> None:
+    from transformers import EncodecConfig, EncodecModel
+
+    config = EncodecConfig(
+        target_bandwidths=[24.0], sampling_rate=8000, audio_channels=1, num_filters=4,
+        num_residual_layers=1, upsampling_ratios=[4, 2], hidden_size=16, codebook_size=32,
+        codebook_dim=16, num_lstm_layers=1,
+    )  # fmt: skip
+    model = EncodecModel(config).to(dev)
+    audio = torch.randn(1, 1, 800, device=dev)
+    _train_or_infer(model, training, lambda: model(audio).audio_values)
+
+
+def hifigan(dev: torch.device, training: bool) -> None:
+    from transformers import SpeechT5HifiGan, SpeechT5HifiGanConfig
+
+    config = SpeechT5HifiGanConfig(
+        model_in_dim=16, upsample_initial_channel=32, upsample_rates=[4, 4],
+        upsample_kernel_sizes=[8, 8], resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1, 3]],
+    )  # fmt: skip
+    model = SpeechT5HifiGan(config).to(dev)
+    mel = torch.randn(20, 16, device=dev)
+    _train_or_infer(model, training, lambda: model(mel))
+
+
+def _timm(name: str, size: int, **options: Any) -> Step:
+    def step(dev: torch.device, training: bool) -> None:
+        import timm
+
+        model = timm.create_model(name, pretrained=False, num_classes=5, **options).to(dev)
+        images = torch.randn(2, 3, size, size, device=dev)
+        _train_or_infer(model, training, lambda: model(images))
+
+    return step
+
+
 def lstm(dev: torch.device, training: bool) -> None:
     class Tagger(torch.nn.Module):
         def __init__(self) -> None:
@@ -253,6 +289,9 @@ CORPUS: dict[str, tuple[str, Step]] = {
     "ViT": ("torchvision classification", vit),
     "Faster R-CNN": ("torchvision detection", faster_rcnn),
     "DeepLabV3": ("torchvision segmentation", deeplab),
+    "ConvNeXt-atto": ("timm classification", _timm("convnext_atto", 64)),
+    "EfficientNet-B0": ("timm classification", _timm("efficientnet_b0", 64)),
+    "ViT-tiny": ("timm classification", _timm("vit_tiny_patch16_224", 32, img_size=32)),
     "BERT": ("transformers encoder", bert),
     "GPT-2": ("transformers decoder (generate)", gpt2),
     "T5": ("transformers seq2seq (generate)", t5),
@@ -261,6 +300,8 @@ CORPUS: dict[str, tuple[str, Step]] = {
     "DiT": ("diffusers DiT", dit),
     "Whisper": ("audio: speech recognition (log-mel on the device)", whisper_tiny),
     "HTDemucs": ("audio: source separation (STFT)", demucs_htdemucs),
+    "EnCodec": ("audio codec (transformers)", encodec),
+    "HiFi-GAN": ("vocoder (transformers SpeechT5)", hifigan),
     "LSTM/GRU tagger": ("recurrent", lstm),
     "message passing": ("graph: index_add, scatter_add", graph_convolution),
 }

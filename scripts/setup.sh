@@ -41,6 +41,9 @@ fi
 # torchaudio) and auraloss (the STFT losses vocoders train with).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   demucs==4.1.0 auraloss==0.4.0
+# timm's models in the operator coverage corpus (tests/e2e/test_operator_coverage.py).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
+  timm==1.0.31
 # PyTorch Lightning and Fabric (tests/e2e/libraries/test_lightning.py), torch kept too.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/torch-pin.txt \
   pytorch-lightning==2.6.6
