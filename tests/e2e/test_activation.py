@@ -35,6 +35,7 @@ def test_round_trip(env: tuple[str, Path]) -> None:
     assert _listing(purelib) - before == {"dmlpatch-activate.pth"}
     assert before - _listing(purelib) == set()
     assert "activated:" in result.err
+    assert "dmlpatch prepare does that now for every library of the environment" in result.err
 
     fresh = run_python(["-c", CHECK], python=python)
     assert (fresh.code, fresh.out) == (0, "True False True\n"), fresh.err
@@ -48,6 +49,7 @@ def test_round_trip(env: tuple[str, Path]) -> None:
 
     again = run_python(["-m", "dmlpatch", "activate", "--device", "cpu"], python=python)
     assert again.code == 0 and "already activated" in again.err
+    assert "dmlpatch prepare" not in again.err  # said once, when it activates
 
     disabled = run_python(["-c", CHECK], python=python, env=clean_env(DMLPATCH_DISABLE="1"))
     assert disabled.out == "False False False\n"

@@ -216,6 +216,11 @@ def _activate(arguments: list[str]) -> int:
     path, changed = activation.activate(options.device)
     state = "activated" if changed else "already activated"
     log.say(f"{state}: {path} (device {options.device}); undo with: dmlpatch deactivate")
+    if changed:
+        log.say(
+            "each library's first run here prepares it for DirectML, once; "
+            "dmlpatch prepare does that now for every library of the environment"
+        )
     if options.pin:
         from dmlpatch.pinning import pin as pinning
 
