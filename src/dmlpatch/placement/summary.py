@@ -15,7 +15,8 @@ MOST = 0.5
 _TOP_LINES = 5
 
 
-def _flops(value: int) -> str:
+def flops_text(value: int) -> str:
+    """``3.4 GFLOP``: an estimate's order of magnitude, as the report's words give it."""
     for unit, scale in (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3)):
         if value >= scale:
             return f"{value / scale:.1f} {unit}"
@@ -169,11 +170,12 @@ def headline(section: dict[str, Any]) -> str:
     if layers_cpu_share(section) is None:  # only fallbacks of other operators were counted
         return f"no layer ran{through}"
     if share == 0:
-        return f"all model compute ({_flops(total)}) ran on {device}{through}"
+        return f"all model compute ({flops_text(total)}) ran on {device}{through}"
     percent = round(100 * share)
     said = f"{percent}%" if percent or share >= 0.005 else "less than 1%"
+    on_cpu = flops_text(section["on_cpu"]["flops"])
     return (
-        f"{said} of model compute ({_flops(section['on_cpu']['flops'])} of {_flops(total)}) "
+        f"{said} of model compute ({on_cpu} of {flops_text(total)}) "
         f"ran on the CPU, not on {device}{through}"
     )
 
@@ -189,11 +191,12 @@ def fallback_clause(section: dict[str, Any]) -> str:
     operators = "operator" if len(fallbacks) == 1 else "operators"
     return (
         f"; {len(fallbacks)} {operators} through DirectML's CPU fallback ({calls} calls, "
-        f"{copies} copies, {_bytes(moved)})"
+        f"{copies} copies, {bytes_text(moved)})"
     )
 
 
-def _bytes(value: int) -> str:
+def bytes_text(value: int) -> str:
+    """``1.2 MB``: decimal units, as the copies' byte counts."""
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if value >= scale:
             return f"{value / scale:.1f} {unit}"
@@ -211,7 +214,7 @@ def fallback_line(section: dict[str, Any], argv: list[str]) -> Optional[str]:
         return None
     named = ", ".join(
         f"{entry['operator']} ({entry['calls']} calls, {entry.get('copies', 0)} copies, "
-        f"{_bytes(entry.get('bytes', 0))})"
+        f"{bytes_text(entry.get('bytes', 0))})"
         for entry in fallbacks[:_TOP_LINES]
     )
     more = f" and {len(fallbacks) - _TOP_LINES} more" if len(fallbacks) > _TOP_LINES else ""
@@ -228,7 +231,7 @@ def explain(section: dict[str, Any]) -> list[str]:
         through = line.get("fallbacks")
         how = f"; CPU fallback of {', '.join(through)}" if through else ""
         out.append(
-            f"  cpu  {_flops(line['flops']):>12}  {line['calls']:>6} calls  {line['display']}"
+            f"  cpu  {flops_text(line['flops']):>12}  {line['calls']:>6} calls  {line['display']}"
             f"  ({', '.join(line['families'])}{how})"
         )
     cause = section.get("likely_cause")
@@ -241,7 +244,7 @@ def explain(section: dict[str, Any]) -> list[str]:
         part = section[key]
         if part["calls"]:
             out.append(
-                f"  ({what} ran {part['calls']} heavy calls, {_flops(part['flops'])}, on the "
+                f"  ({what} ran {part['calls']} heavy calls, {flops_text(part['flops'])}, on the "
                 "CPU: not model compute)"
             )
     return out

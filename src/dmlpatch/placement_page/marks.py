@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from dmlpatch.placement.summary import bytes_text, flops_text
+
+#: The report's own words for amounts, re-exported for the page.
+size, flops = bytes_text, flops_text
+
 DEVICE = "device"
 FIXED = "fixed"
 FALLBACK = "fallback"
@@ -28,20 +33,6 @@ class Mark(NamedTuple):
     reasons: list[str]
     #: The operators involved (fallbacks and fixes), for the catalogue links.
     operators: list[tuple[str, str]]
-
-
-def flops(value: int) -> str:
-    for unit, scale in (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} FLOP"
-
-
-def size(value: int) -> str:
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} B"
 
 
 def duration(seconds: float) -> str:
