@@ -125,6 +125,7 @@ FAMILIES = (
     "tensors.transfers",
     "linalg.lu",
     "linalg.householder",
+    "linalg.jacobi",
     "complex.spectral",
     "tensors.allocation",
     "layers.attention",
