@@ -126,6 +126,7 @@ FAMILIES = (
     "linalg.lu",
     "linalg.householder",
     "linalg.jacobi",
+    "linalg.cholesky",
     "complex.spectral",
     "tensors.allocation",
     "layers.attention",

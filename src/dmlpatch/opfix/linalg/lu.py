@@ -37,6 +37,9 @@ from dmlpatch.opfix._kernel import Kernel
 
 #: Largest system solved on the device (rows): geometry's 3x3 and 4x4, small filters.
 LARGEST = 8
+#: Largest triangular system solved on the device (substitution only, no factorisation: the
+#: triangular solves of ``MultivariateNormal.log_prob`` and of Cholesky's gradient).
+WIDEST_TRIANGLE = 64
 _FLOATS = (torch.float32, torch.float64)
 
 
@@ -70,12 +73,16 @@ def _factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             multipliers = lu[..., j + 1 :, j] / safe.unsqueeze(-1)
             lu[..., j + 1 :, j] = multipliers
             lu[..., j + 1 :, j + 1 :] -= multipliers.unsqueeze(-1) * lu[..., j : j + 1, j + 1 :]
-    # info: the (1-based) row of the first zero on U's diagonal, 0 if there is none.
-    zero = (lu.diagonal(dim1=-2, dim2=-1) == 0).to(torch.int32)
-    first = zero * ((zero.cumsum(-1) - zero) == 0).to(torch.int32)
-    order = torch.arange(1, n + 1, dtype=torch.int32, device=a.device)
-    info = (first * order).sum(-1, dtype=torch.int32)
-    return lu, pivots, info
+    return lu, pivots, first_flagged(lu.diagonal(dim1=-2, dim2=-1) == 0)
+
+
+def first_flagged(flags: torch.Tensor) -> torch.Tensor:
+    """LAPACK's ``info`` from a boolean ``(..., n)``: the (1-based) position of the first
+    ``True``, 0 where there is none (computed on the device, read by nobody until asked)."""
+    flagged = flags.to(torch.int32)
+    first = flagged * ((flagged.cumsum(-1) - flagged) == 0).to(torch.int32)
+    order = torch.arange(1, flags.shape[-1] + 1, dtype=torch.int32, device=flags.device)
+    return (first * order).sum(-1, dtype=torch.int32)
 
 
 def _substitute(
@@ -268,11 +275,30 @@ def _det(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # PyTorch factors A^T for a row-major real A (det(A^T) = det(A)), and its backward solves
     # with those factors as A^T's.
     lu, pivots, _ = _factor(a.mT if a.is_contiguous() else a)
-    n = a.shape[-1]
-    order = torch.arange(1, n + 1, dtype=pivots.dtype, device=a.device)
+    return _swaps_sign(pivots, a.dtype) * lu.diagonal(dim1=-2, dim2=-1).prod(-1), lu, pivots
+
+
+def _slogdet(
+    a: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    if not _small(a):
+        return _through_the_cpu("aten::_linalg_slogdet.sign", torch.ops.aten._linalg_slogdet, (a,))
+    record("fixed", "aten::_linalg_slogdet.sign")
+    lu, pivots, _ = _factor(a.mT if a.is_contiguous() else a)  # as _det: A^T's factors
+    diagonal = lu.diagonal(dim1=-2, dim2=-1)
+    return (
+        _swaps_sign(pivots, a.dtype) * diagonal.sign().prod(-1),
+        diagonal.abs().log().sum(-1),
+        lu,
+        pivots,
+    )
+
+
+def _swaps_sign(pivots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The sign of the permutation ``getrf``'s row swaps make: -1 for an odd number."""
+    order = torch.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype, device=pivots.device)
     swaps = (pivots != order).sum(-1)
-    sign = 1 - 2 * (swaps % 2).to(a.dtype)
-    return sign * lu.diagonal(dim1=-2, dim2=-1).prod(-1), lu, pivots
+    return 1 - 2 * (swaps % 2).to(dtype)
 
 
 def _triangular(a: torch.Tensor, b: torch.Tensor, upper: bool, unitriangular: bool) -> torch.Tensor:
@@ -298,7 +324,9 @@ def _solve_triangular(
     left: bool = True,
     unitriangular: bool = False,
 ) -> torch.Tensor:
-    if not _small(a) or b.dtype != a.dtype or b.dim() < 2:
+    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
+    fits = square and a.dtype in _FLOATS and 0 < a.shape[-1] <= WIDEST_TRIANGLE
+    if not fits or b.dtype != a.dtype or b.dim() < 2:
         return _through_the_cpu(
             "aten::linalg_solve_triangular.out",
             torch.ops.aten.linalg_solve_triangular,
@@ -319,6 +347,7 @@ def _solve_triangular(
 KERNELS = (
     Kernel("linalg_lu_factor_ex", _lu_factor_ex, "fallback"),
     Kernel("_linalg_det", _det, "fallback"),
+    Kernel("_linalg_slogdet", _slogdet, "fallback"),
     Kernel("lu_unpack", _lu_unpack, "fallback"),
     Kernel("linalg_solve_triangular", _solve_triangular, "fallback"),
     Kernel("linalg_inv_ex", _inv_ex, "fallback"),

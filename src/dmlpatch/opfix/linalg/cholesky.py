@@ -1,0 +1,74 @@
+"""``torch.linalg.cholesky`` (and ``cholesky_ex``) on the device: column by column, as LAPACK's
+``potrf``.
+
+torch-directml 0.2.5 has no Cholesky kernel: every call copies the matrix to the CPU and the
+factor back, and on a GPU waits for its queue to drain. It is on the hot path of every
+``torch.distributions.MultivariateNormal`` (its ``scale_tril``), of Gaussian processes and of
+whitening. Here column ``j`` of ``L`` is the lower part of ``A``'s column ``j`` less the products
+of the columns already made, divided by the square root of its diagonal entry: one matrix
+product and a handful of elementwise kernels per column, for the whole batch at once, none
+reading back to the host. ``info`` is LAPACK's: the (1-based) order of the first leading minor
+that is not positive definite (a diagonal entry not above zero, or NaN), 0 where there is
+none; the factor is then unspecified, as on the CPU. Only the triangle LAPACK reads is read
+(the lower one, or the upper with ``upper=True``, whose result is ``L^T`` as the CPU's is).
+
+Matrices wider than :data:`WIDEST`, ``check_errors=True`` (which raises from the CPU's own
+check) and dtypes other than float32 and float64 go through the CPU as DirectML's fallback
+would, counted and said as one; ``DMLPATCH_CPU_OPS=aten::linalg_cholesky_ex`` sends all of them
+there. autograd differentiates the factor with PyTorch's own formula (triangular solves,
+:mod:`dmlpatch.opfix.linalg.lu`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.linalg.lu import _through_the_cpu, first_flagged
+
+#: The widest matrix factored on the device (one column at a time).
+WIDEST = 64
+_FLOATS = (torch.float32, torch.float64)
+
+
+def factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(L, info)`` of the lower triangle of ``a`` (``(..., n, n)``)."""
+    n = a.shape[-1]
+    source = a.tril()
+    lower = torch.zeros_like(source, memory_format=torch.contiguous_format)
+    failed = []
+    for j in range(n):
+        column = source[..., j:, j]
+        if j:
+            column = column - (lower[..., j:, :j] @ lower[..., j, :j].unsqueeze(-1)).squeeze(-1)
+        pivot = column[..., 0]
+        refused = ~(pivot > 0)
+        failed.append(refused)
+        root = torch.where(refused, torch.ones_like(pivot), pivot).sqrt()
+        lower[..., j:, j] = column / root.unsqueeze(-1)
+    return lower, first_flagged(torch.stack(failed, dim=-1))
+
+
+def _cholesky_ex(
+    a: torch.Tensor, *, upper: bool = False, check_errors: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
+    if check_errors or a.dtype not in _FLOATS or not square or not 0 < a.shape[-1] <= WIDEST:
+        return _through_the_cpu(
+            "aten::linalg_cholesky_ex.L",
+            torch.ops.aten.linalg_cholesky_ex,
+            (a,),
+            upper=upper,
+            check_errors=check_errors,
+        )
+    record("fixed", "aten::linalg_cholesky_ex.L")
+    # The CPU's factor is column-major (LAPACK's layout), and code may depend on strides.
+    if not upper:
+        lower, info = factor(a)
+        return lower.mT.contiguous().mT, info
+    lower, info = factor(a.mT)
+    return lower.mT, info
+
+
+KERNELS = (Kernel("linalg_cholesky_ex", _cholesky_ex, "fallback"),)
