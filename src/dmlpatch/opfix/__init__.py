@@ -127,6 +127,8 @@ FAMILIES = (
     "linalg.householder",
     "linalg.jacobi",
     "linalg.cholesky",
+    "linalg.nonsymmetric",
+    "linalg.exponential",
     "complex.spectral",
     "tensors.allocation",
     "layers.attention",

@@ -93,3 +93,15 @@ def grads(
         return (out.detach(), *(x.grad for x in leaves[:wrt]))
 
     return run
+
+
+def as_accurate(got: torch.Tensor, cpu: torch.Tensor, exact: torch.Tensor) -> bool:
+    """The device's result equals the CPU's to rounding, or, where the two roundings part
+    (float32, large matrices), is as near the exact result (float64) as the CPU's, within a
+    factor 8: the order of rounding differs, not its size."""
+    got = got.cpu()
+    if close(got, cpu):
+        return True
+    floor = torch.finfo(cpu.dtype).eps * float(exact.abs().max())
+    cpu_error = max(float((cpu.double() - exact).abs().max()), floor)
+    return got.dtype == cpu.dtype and float((got.double() - exact).abs().max()) <= 8 * cpu_error

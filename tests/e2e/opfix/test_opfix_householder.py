@@ -93,3 +93,28 @@ def test_an_unknown_mode_is_torch_s_error(dev: torch.device) -> None:
     with pytest.raises(RuntimeError) as on_device:
         torch.linalg.qr(torch.randn(3, 3, device=dev), mode="full")
     assert str(on_device.value) == str(on_cpu.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape, k", [((5, 3), 3), ((5, 3), 2), ((2, 4, 4), 4), ((6, 6), 1)])
+def test_householder_product_equals_the_cpu_s(
+    dev: torch.device, shape: tuple[int, ...], k: int, dtype: torch.dtype
+) -> None:
+    # torch.linalg.householder_product (LAPACK's orgqr): the orthogonal map of
+    # nn.utils.parametrizations.orthogonal for a non-square weight, forward and backward.
+    torch.manual_seed(k)
+    reflectors = torch.randn(*shape, dtype=dtype, requires_grad=True)
+    tau = torch.rand(*shape[:-2], k, dtype=dtype, requires_grad=True)
+    on_device = [t.detach().to(dev).requires_grad_() for t in (reflectors, tau)]
+    weights = torch.randn(shape[-2:], dtype=dtype)
+    sim.reset_counters()
+    for inputs, w in (((reflectors, tau), weights), (on_device, weights.to(dev))):
+        q = torch.linalg.householder_product(*inputs)
+        (q * w).sum().backward()
+    assert close(torch.linalg.householder_product(*on_device), q.detach().cpu())
+    for got, expected in zip(on_device, (reflectors, tau)):
+        assert got.grad is not None and expected.grad is not None
+        assert close(got.grad, expected.grad)
+    counters = sim.counters()["ops"]
+    assert counters["fallback"] == {}
+    assert counters["fixed"]["aten::linalg_householder_product"] >= 1

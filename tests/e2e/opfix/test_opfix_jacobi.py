@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 import torch
-from tests.e2e.opfix.helpers import close, no_copies, without_fixes
+from tests.e2e.opfix.helpers import as_accurate, close, no_copies, without_fixes
 
 import dmlpatch.sim as sim
 from dmlpatch.opfix.linalg import jacobi
@@ -45,18 +45,6 @@ def _signs_like(got: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """+1/-1 per column of ``got``: the sign that turns it into ``reference``'s column."""
     signs = torch.sign((got.cpu() * reference).sum(-2, keepdim=True))
     return torch.where(signs == 0, torch.ones_like(signs), signs)
-
-
-def _as_accurate(got: torch.Tensor, cpu: torch.Tensor, exact: torch.Tensor) -> bool:
-    """The device's result equals the CPU's to rounding, or, where the two roundings part
-    (float32, large matrices), is as near the exact result (float64) as the CPU's, within a
-    factor 8: the order of rounding differs, not its size."""
-    got = got.cpu()
-    if close(got, cpu):
-        return True
-    floor = torch.finfo(cpu.dtype).eps * float(exact.abs().max())
-    cpu_error = max(float((cpu.double() - exact).abs().max()), floor)
-    return got.dtype == cpu.dtype and float((got.double() - exact).abs().max()) <= 8 * cpu_error
 
 
 def _only_the_fix_ran(counters: dict, name: str) -> bool:
@@ -97,10 +85,10 @@ def test_eigh_equals_the_cpu_s(
     sim.reset_counters()
     got_values, got_vectors = torch.linalg.eigh(noisy.to(dev), UPLO=uplo)
     assert _only_the_fix_ran(sim.counters(), "aten::_linalg_eigh.eigenvalues")
-    assert _as_accurate(got_values, values, exact_values)
+    assert as_accurate(got_values, values, exact_values)
     got_vectors = got_vectors.cpu() * _signs_like(got_vectors, vectors)
-    assert _as_accurate(got_vectors, vectors, exact_vectors)
-    assert _as_accurate(torch.linalg.eigvalsh(noisy.to(dev), UPLO=uplo), values, exact_values)
+    assert as_accurate(got_vectors, vectors, exact_vectors)
+    assert as_accurate(torch.linalg.eigvalsh(noisy.to(dev), UPLO=uplo), values, exact_values)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -121,15 +109,15 @@ def test_svd_equals_the_cpu_s(
     sim.reset_counters()
     got_u, got_s, got_vh = torch.linalg.svd(a.to(dev), full_matrices=full_matrices)
     assert _only_the_fix_ran(sim.counters(), "aten::_linalg_svd.U")
-    assert _as_accurate(got_s, s, exact_s)
+    assert as_accurate(got_s, s, exact_s)
     signs = _signs_like(got_u[..., :k], u[..., :k])
-    assert _as_accurate(got_u.cpu()[..., :k] * signs, u[..., :k], exact_u)
-    assert _as_accurate(got_vh.cpu()[..., :k, :] * signs.mT, vh[..., :k, :], exact_vh)
+    assert as_accurate(got_u.cpu()[..., :k] * signs, u[..., :k], exact_u)
+    assert as_accurate(got_vh.cpu()[..., :k, :] * signs.mT, vh[..., :k, :], exact_vh)
     assert got_u.shape == u.shape and got_vh.shape == vh.shape
     for basis in (got_u.cpu(), got_vh.cpu().mT):  # the completion too is orthonormal
         identity = torch.eye(basis.shape[-1], dtype=dtype).expand((*basis.mT.shape[:-1], -1))
         assert close(basis.mT @ basis, identity)
-    assert _as_accurate(torch.linalg.svdvals(a.to(dev)), s, exact_s)
+    assert as_accurate(torch.linalg.svdvals(a.to(dev)), s, exact_s)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

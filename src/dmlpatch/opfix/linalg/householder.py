@@ -90,4 +90,38 @@ def _qr(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Ten
     return factor(a, mode)
 
 
-KERNELS = (Kernel("linalg_qr", _qr, "fallback"),)
+def product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """``orgqr``: the first ``n`` columns of ``H_1 ... H_k`` for the reflectors stored below
+    the diagonal of ``reflectors`` (``(..., m, n)``, LAPACK's layout) with factors ``tau``."""
+    q = torch.zeros_like(reflectors, memory_format=torch.contiguous_format)
+    q.diagonal(dim1=-2, dim2=-1).fill_(1)
+    one = torch.ones_like(reflectors[..., :1, 0])
+    for j in range(tau.shape[-1] - 1, -1, -1):
+        v = torch.cat([one, reflectors[..., j + 1 :, j]], dim=-1)
+        q[..., j:, :] = _reflect(q[..., j:, :], v, tau[..., j])
+    return q
+
+
+def _householder_product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    if (
+        reflectors.dtype not in _FLOATS
+        or tau.dtype != reflectors.dtype
+        or reflectors.dim() < 2
+        or tau.shape[-1] > WIDEST
+        or reflectors.numel() == 0
+    ):
+        from dmlpatch.opfix.linalg.lu import _through_the_cpu
+
+        return _through_the_cpu(
+            "aten::linalg_householder_product",
+            torch.ops.aten.linalg_householder_product,
+            (reflectors, tau),
+        )
+    record("fixed", "aten::linalg_householder_product")
+    return product(reflectors, tau)
+
+
+KERNELS = (
+    Kernel("linalg_qr", _qr, "fallback"),
+    Kernel("linalg_householder_product", _householder_product, "fallback"),
+)

@@ -1,0 +1,58 @@
+"""``torch.linalg.matrix_exp`` on the device: scaling and squaring of a Taylor polynomial.
+
+torch-directml 0.2.5 has no matrix exponential: every call copies through the CPU, and
+``nn.utils.parametrizations.orthogonal`` calls it on every forward pass of a square weight
+(its default map), as Lie-group code does for rotations. Here ``A`` is halved ``s`` times, until
+its 1-norm is at most 1, the exponential of the small matrix is its Taylor polynomial (degree 18
+for float64, 12 for float32: the first term left out is below the dtype's rounding), evaluated
+by Horner's rule with matrix products, and squared back ``s`` times. ``s`` is the one value
+read back to the host (the batch's largest norm decides it for the whole batch, as extra
+squarings cost rounding only at the last bits). The result equals the CPU's to the rounding of
+the exponential's own conditioning, and autograd differentiates it with PyTorch's formula (the
+exponential of a block matrix twice the size, here as well).
+
+Matrices wider than :data:`WIDEST`, non-finite ones and dtypes other than float32 and float64
+go through the CPU as DirectML's fallback would, counted and said as one;
+``DMLPATCH_CPU_OPS=aten::linalg_matrix_exp`` sends all of them there.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from dmlpatch.opfix._accounting import record
+from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.linalg.lu import _through_the_cpu
+
+#: The widest matrix exponentiated on the device (the backward's block matrix is twice this).
+WIDEST = 128
+_DEGREES = {torch.float32: 12, torch.float64: 18}
+
+
+def exponential(a: torch.Tensor, squarings: int) -> torch.Tensor:
+    """``exp(a)`` for ``a`` whose 1-norm is at most ``2 ** squarings``."""
+    small = a * (0.5**squarings)
+    identity = torch.zeros_like(a, memory_format=torch.contiguous_format)
+    identity.diagonal(dim1=-2, dim2=-1).fill_(1)
+    result = identity
+    for k in range(_DEGREES[a.dtype], 0, -1):
+        result = identity + (small @ result) / k
+    for _ in range(squarings):
+        result = result @ result
+    return result
+
+
+def _matrix_exp(a: torch.Tensor) -> torch.Tensor:
+    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
+    if a.dtype in _DEGREES and square and 0 < a.shape[-1] <= WIDEST and a.numel() > 0:
+        largest = float(a.abs().sum(-2).amax())  # the 1-norm, the one value read back
+        if math.isfinite(largest):
+            record("fixed", "aten::linalg_matrix_exp")
+            squarings = max(0, math.ceil(math.log2(largest))) if largest > 0 else 0
+            return exponential(a, squarings)
+    return _through_the_cpu("aten::linalg_matrix_exp", torch.ops.aten.linalg_matrix_exp, (a,))
+
+
+KERNELS = (Kernel("linalg_matrix_exp", _matrix_exp, "fallback"),)
