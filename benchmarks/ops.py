@@ -4,7 +4,7 @@ what the fixes of DirectML's wrong answers cost the calls it gets right, before 
 (no bool or uint8 tensor on the device yet) and after it; and the accounting observer's cost,
 off and on.
 
-    python benchmarks/ops.py [--repeat N]
+    python benchmarks/ops.py [--repeat N] [--only LABEL-PART]
 
 The simulated device runs CPU kernels, so the figures compare code paths (kernel launches,
 copies), not a GPU. Copies per call come from the simulator's counters.
@@ -77,10 +77,14 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
     cameras = torch.randn(64, 4, 4) + 4 * torch.eye(4)
     system, rhs = torch.randn(8, 8) + 8 * torch.eye(8), torch.randn(8, 8)
     tall, square = torch.randn(256, 16), torch.randn(16, 64, 64)
+    points = torch.randn(256, 3, 3)  # kornia's point-set alignment: 3x3 covariances
+    features = torch.randn(32, 32)
+    covariance = features @ features.mT / 32 + torch.eye(32)
+    generator = torch.randn(16, 8, 8) * 0.3
     tensors = {
         d: [t.to(d) for t in (mask, x, weight, *mean_rstd, gates, cell, probabilities, targets)]
         + [t.to(d) for t in (betas, rows, value, grid, repeats, audio, cameras, system, rhs)]
-        + [t.to(d) for t in (tall, square)]
+        + [t.to(d) for t in (tall, square, points, covariance, generator)]
         for d in (dev, torch.device("cpu"))
     }
 
@@ -135,6 +139,18 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
         ),
         "qr 256x16": ("aten::linalg_qr", lambda d: torch.linalg.qr(tensors[d][18])),
         "qr of 16 64x64": ("aten::linalg_qr", lambda d: torch.linalg.qr(tensors[d][19])),
+        "svd of 256 3x3": ("aten::_linalg_svd", lambda d: torch.linalg.svd(tensors[d][20])),
+        "eigh of 256 3x3": ("aten::_linalg_eigh", lambda d: torch.linalg.eigh(tensors[d][20])),
+        "eigh 32x32": ("aten::_linalg_eigh", lambda d: torch.linalg.eigh(tensors[d][21])),
+        "svd 32x32": ("aten::_linalg_svd", lambda d: torch.linalg.svd(tensors[d][21])),
+        "cholesky 32x32": (
+            "aten::linalg_cholesky_ex",
+            lambda d: torch.linalg.cholesky(tensors[d][21]),
+        ),
+        "matrix_exp of 16 8x8": (
+            "aten::linalg_matrix_exp",
+            lambda d: torch.linalg.matrix_exp(tensors[d][22]),
+        ),
     }
 
 
@@ -242,13 +258,17 @@ def _wrong_answer_rows(dev: torch.device, repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=200)
-    repeat = parser.parse_args().repeat
+    parser.add_argument("--only", default="", help="the op rows whose label contains this")
+    arguments = parser.parse_args()
+    repeat = arguments.repeat
     sim.load(PROFILE)
     dev = sim.device()
     opfix.install("sim", PROFILE)
     library = torch.library.Library("aten", "IMPL")  # the CPU-fallback path, per op
     print(f"{'op':24} {'fixed us':>9} {'fallback us':>11} {'cpu us':>8} {'copies/call':>11}")
     for label, (op, call) in _cases(dev).items():
+        if arguments.only not in label:
+            continue
         fixed = _time(lambda call=call: call(dev), repeat)
         sim.reset_counters()
         call(dev)
@@ -277,6 +297,8 @@ def main() -> None:
             f"{fixed_copies:>5} vs {fallback_copies:<3}"
         )
     library._destroy()
+    if arguments.only:
+        return
     _right_call_rows(dev, repeat)
     _wrong_answer_rows(dev, repeat)
 

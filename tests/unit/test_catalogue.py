@@ -84,9 +84,22 @@ ENTRY_TESTS: dict[str, object] = {
             "upsample-nearest1d",
             "random-sampling",
             "embedding-bag",
-            "linalg",
         )
     },
+    "linalg": [
+        "tests/e2e/opfix/test_opfix_everyday.py::test_without_dmlpatch_directml_falls_back",
+        "tests/e2e/opfix/test_opfix_everyday.py::test_fixed_on_device_equal_to_cpu_without_copies",
+        "tests/e2e/opfix/test_opfix_householder.py::test_q_and_r_equal_the_cpu_s",
+        "tests/e2e/opfix/test_opfix_householder.py::test_householder_product_equals_the_cpu_s",
+        "tests/e2e/opfix/test_opfix_cholesky.py::test_without_dmlpatch_they_fall_back",
+        "tests/e2e/opfix/test_opfix_cholesky.py::test_a_multivariate_normal_trains_as_on_the_cpu",
+        "tests/e2e/opfix/test_opfix_jacobi.py::test_without_dmlpatch_eigh_and_svd_fall_back",
+        "tests/e2e/opfix/test_opfix_jacobi.py::test_eigh_equals_the_cpu_s",
+        "tests/e2e/opfix/test_opfix_jacobi.py::test_svd_equals_the_cpu_s",
+        "tests/e2e/opfix/test_opfix_exponential.py::test_orthogonal_layers_train_as_on_the_cpu",
+        "tests/e2e/opfix/test_opfix_nonsymmetric.py::test_without_dmlpatch_eigvals_fails",
+        "tests/e2e/opfix/test_opfix_nonsymmetric.py::test_eig_and_eigvals_give_the_cpu_s_results_through_the_cpu",
+    ],
     "attention-fast-path": [
         "tests/e2e/opfix/test_opfix_attention.py::test_without_dmlpatch_the_fast_path_falls_back",
         "tests/e2e/opfix/test_opfix_attention.py::test_multihead_attention_fast_path_equals_the_cpu",

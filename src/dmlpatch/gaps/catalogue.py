@@ -307,8 +307,10 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "linalg",
-        "torch.linalg.inv / solve / det / lu_factor / solve_triangular / svd (geometry code: "
-        "camera matrices, homographies, kornia's epipolar geometry)",
+        "torch.linalg's decompositions and solvers: inv, solve, det, slogdet, lu_factor, "
+        "solve_triangular, cholesky, qr, svd, eigh, eig, matrix_exp, lstsq (geometry code: "
+        "camera matrices, homographies, kornia's epipolar geometry and point-set alignment; "
+        "MultivariateNormal; orthogonal parametrizations)",
         _fallback("aten::linalg_inv_ex.inverse"),
         "#671, #431; kornia's test suite",
         (
@@ -317,22 +319,34 @@ FAILURES: tuple[Failure, ...] = (
             "aten::linalg_lu_solve",
             "aten::linalg_lu_factor_ex",
             "aten::_linalg_det",
+            "aten::_linalg_slogdet",
             "aten::linalg_solve_triangular",
             "aten::lu_unpack",
+            "aten::linalg_cholesky_ex",
+            "aten::linalg_qr",
+            "aten::linalg_householder_product",
             "aten::_linalg_svd",
             "aten::_linalg_eigh",
+            "aten::linalg_eig",
             "aten::_linalg_eigvals",
-            "aten::linalg_qr",
+            "aten::linalg_matrix_exp",
+            "aten::linalg_lstsq",
+            "aten::linalg_ldl_factor_ex",
         ),
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.linalg.lu: inv, solve, lu_solve, lu_factor, lu_unpack, det and "
-        "solve_triangular of float systems up to 8 rows on the device (LU with partial "
-        "pivoting, as LAPACK; about three kernels per row); dmlpatch.opfix.linalg.householder: qr "
-        "up "
-        "to 64 columns (Householder reflections, as LAPACK); larger systems, svd, eigh and "
-        "eigvals still through the CPU (iterative: no short composition), counted as fallbacks",
+        "dmlpatch.opfix.linalg.lu: inv, solve, lu_solve, lu_factor, lu_unpack, det and slogdet "
+        "of float systems up to 8 rows (LU with partial pivoting, as LAPACK), solve_triangular "
+        "up to 64 rows; dmlpatch.opfix.linalg.householder: qr and householder_product up to 64 "
+        "columns (Householder reflections, as LAPACK); dmlpatch.opfix.linalg.cholesky: "
+        "cholesky up to 64 columns; dmlpatch.opfix.linalg.jacobi: eigh, eigvalsh, svd and "
+        "svdvals (so pinv, matrix_rank, the 2-norm, cond) up to 64 columns (Jacobi rotations: "
+        "values equal to the CPU's, vectors up to their sign, which PyTorch leaves to the "
+        "device); dmlpatch.opfix.linalg.exponential: matrix_exp up to 128 columns; "
+        "dmlpatch.opfix.linalg.nonsymmetric: eig and eigvals, whose DirectML fallback fails on "
+        "their complex results, through the CPU by dmlpatch; larger matrices, lstsq (LAPACK's "
+        "gelsy decides the rank) and ldl_factor still through the CPU, counted as fallbacks",
     ),
     Failure(
         "attention-fast-path",

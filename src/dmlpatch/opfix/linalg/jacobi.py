@@ -41,6 +41,9 @@ from dmlpatch.opfix.linalg.lu import _through_the_cpu
 WIDEST = householder.WIDEST
 #: Sweeps before giving up on convergence (a handful suffice: convergence is quadratic).
 MOST_SWEEPS = 40
+#: Sweeps made before convergence is first read back: random 32x32 matrices take 5 or 6, and
+#: the smaller ones that take fewer have short sweeps.
+FIRST_CHECK = 3
 _FLOATS = (torch.float32, torch.float64)
 _TRIANGLES = ("L", "U", "l", "u")
 
@@ -49,7 +52,7 @@ class _Schedule:
     """The round-robin pairing of ``n`` (even) columns, built on the device once per size:
     round ``r`` pairs ``n - 1`` with ``r`` and ``r + k`` with ``r - k`` (mod ``n - 1``)."""
 
-    def __init__(self, n: int, device: torch.device) -> None:
+    def __init__(self, n: int, device: torch.device, dtype: torch.dtype) -> None:
         rounds, half = n - 1, n // 2
         r = torch.arange(rounds, device=device).unsqueeze(-1)
         k = torch.arange(1, half, device=device).unsqueeze(0)
@@ -62,7 +65,7 @@ class _Schedule:
         #: ``(rounds, n)``: where each column's value sits in ``cat([first, second])``.
         self.inverse = owner.argsort(dim=-1)
         partner = torch.cat([self.second, self.first], dim=-1).gather(-1, self.inverse)
-        eye = torch.zeros(n, n, device=device)
+        eye = torch.zeros(n, n, dtype=dtype, device=device)
         eye.diagonal().fill_(1)
         #: ``(rounds, n, n)``: 1 at ``(partner(j), j)``, the pair's off-diagonal entries.
         self.partners = eye.index_select(0, partner.flatten()).reshape(rounds, n, n).mT
@@ -71,8 +74,8 @@ class _Schedule:
 
 
 @lru_cache(maxsize=64)
-def _schedule(n: int, device: torch.device) -> _Schedule:
-    return _Schedule(n, device)
+def _schedule(n: int, device: torch.device, dtype: torch.dtype) -> _Schedule:
+    return _Schedule(n, device, dtype)
 
 
 def _rotation(
@@ -89,8 +92,7 @@ def _rotation(
     inverse = schedule.inverse[r]
     on_diagonal = torch.cat([c, c], dim=-1).index_select(-1, inverse)
     off_diagonal = torch.cat([-s, s], dim=-1).index_select(-1, inverse)
-    partners = schedule.partners[r].to(app.dtype)
-    return torch.diag_embed(on_diagonal) + partners * off_diagonal.unsqueeze(-2)
+    return torch.diag_embed(on_diagonal) + schedule.partners[r] * off_diagonal.unsqueeze(-2)
 
 
 def _pad(a: torch.Tensor) -> torch.Tensor:
@@ -124,14 +126,13 @@ def diagonalise(a: torch.Tensor, compute_v: bool) -> tuple[torch.Tensor, torch.T
     n = a.shape[-1]
     work = _pad(a)
     size = work.shape[-1]
-    schedule = _schedule(size, a.device)
+    schedule = _schedule(size, a.device, a.dtype)
     vectors = torch.zeros_like(work)
     vectors.diagonal(dim1=-2, dim2=-1).fill_(1)
     eps = torch.finfo(a.dtype).eps
     bound = eps * torch.linalg.vector_norm(work, dim=(-2, -1))
-    keep = schedule.keep.to(a.dtype)
     for sweep in range(MOST_SWEEPS):
-        if sweep >= 2 and _converged(_off_diagonal_largest(work), bound):
+        if sweep >= FIRST_CHECK and _converged(_off_diagonal_largest(work), bound):
             break
         for r in range(schedule.rounds):
             diagonal = work.diagonal(dim1=-2, dim2=-1)
@@ -141,7 +142,7 @@ def diagonalise(a: torch.Tensor, compute_v: bool) -> tuple[torch.Tensor, torch.T
             j = _rotation(schedule, r, app, aqq, apq)
             # The pair's own entries are zero in exact arithmetic; setting them so keeps
             # rounding from holding the sweeps above the bound.
-            work = (j.mT @ work @ j) * keep[r]
+            work = (j.mT @ work @ j) * schedule.keep[r]
             if compute_v:
                 vectors = vectors @ j
     else:
@@ -158,12 +159,12 @@ def diagonalise(a: torch.Tensor, compute_v: bool) -> tuple[torch.Tensor, torch.T
 def _orthogonalise(w: torch.Tensor, vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One-sided Jacobi on square ``w``: ``(W V, V)`` with ``W V``'s columns orthogonal."""
     m = w.shape[-2]
-    schedule = _schedule(w.shape[-1], w.device)
+    schedule = _schedule(w.shape[-1], w.device, w.dtype)
     eps = torch.finfo(w.dtype).eps
     tolerance = max(m, 4) * eps
     for sweep in range(MOST_SWEEPS):
         gram = w.mT @ w
-        if sweep >= 2:
+        if sweep >= FIRST_CHECK:
             norms = gram.diagonal(dim1=-2, dim2=-1).sqrt()
             scale = norms.unsqueeze(-1) * norms.unsqueeze(-2)
             if _converged(_off_diagonal_largest(gram), tolerance * scale.amax(dim=(-2, -1))):
