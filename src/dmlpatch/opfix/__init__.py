@@ -28,10 +28,17 @@ layers.rnn                ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (mi
                           LSTM/GRU step)
 layers.weight_norm        ``_weight_norm_interface`` and its backward (every weight-normed
                           convolution)
-linalg.householder        ``linalg_qr`` up to 64 columns (Householder reflections, as LAPACK)
+linalg.cholesky           ``linalg_cholesky_ex`` up to 64 columns (column by column, as LAPACK)
+linalg.exponential        ``linalg_matrix_exp`` up to 128 columns (scaling and squaring)
+linalg.householder        ``linalg_qr`` and ``linalg_householder_product`` up to 64 columns
+                          (Householder reflections, as LAPACK)
+linalg.jacobi             ``_linalg_eigh`` and ``_linalg_svd`` up to 64 columns (Jacobi
+                          rotations)
 linalg.lu                 ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``,
-                          ``linalg_lu_factor_ex``, ``_linalg_det``, ``linalg_solve_triangular`` up
-                          to 8 rows (LU)
+                          ``linalg_lu_factor_ex``, ``_linalg_det``, ``_linalg_slogdet`` up to 8
+                          rows (LU); ``linalg_solve_triangular`` up to 64 rows
+linalg.nonsymmetric       ``linalg_eig``, ``_linalg_eigvals`` through the CPU (DirectML's own
+                          fallback fails on their complex results)
 linalg.products           ``dot``, ``linalg_cross`` (geometry code)
 optimizers.foreach        ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor
                           operators

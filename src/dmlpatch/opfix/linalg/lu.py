@@ -21,9 +21,9 @@ the fallback); the fallback makes two copies and drains the GPU's queue. Only sy
 :data:`LARGEST` rows are fixed; larger ones go through the CPU as DirectML's fallback would
 (counted as fallbacks), as do ``left=False``, ``check_errors=True`` and dtypes other than
 float32 and float64; ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all
-of them there. ``qr`` is :mod:`dmlpatch.opfix.linalg.householder`'s. ``svd``, ``eigh`` and
-``eigvals`` are not covered: their iterations have no short composition, so they stay
-DirectML's CPU fallback (counted).
+of them there. ``slogdet`` is ``det``'s factorisation, summed as logarithms; triangular solves
+(no factorisation, a few kernels per row) are served up to :data:`WIDEST_TRIANGLE` rows.
+The other decompositions have modules of their own in this package.
 """
 
 from __future__ import annotations
