@@ -130,6 +130,46 @@ def test_table_and_verdict_for_known_gaps(
     ]
 
 
+WIDE_AND_HALF = """
+import torch
+
+x = torch.randn(70, 66, device="cuda")
+for step in range(2):
+    s = torch.linalg.svdvals(x @ torch.randn(66, 66, device="cuda"))
+    h = torch.histc(x, 10)
+print(float(s[0]) > 0, int(h.sum()))
+"""
+
+
+def test_a_fix_kernel_s_own_fallback_is_counted_in_check_and_in_a_run(
+    tmp_path: Path, write: Callable[[str, str], Path]
+) -> None:
+    # svdvals of 66 columns is wider than the device's Jacobi and histc is served by the
+    # float16-on-host kernel: dmlpatch's own kernels send both through the CPU, per call.
+    # check's table, its headline and the compute section agree on them, and so does an
+    # ordinary run's report, whose exit line names them.
+    result, data = _check(tmp_path, write, WIDE_AND_HALF)
+    assert result.code == 0, result.err
+    table = {row["op"] for row in data["ops"] if row["how"] == "fallback"}
+    assert table == {"aten::_linalg_svd.U", "aten::histc"}
+    counted = {entry["operator"] for entry in data["compute"]["cpu_fallbacks"]}
+    assert counted == table
+    assert "2 operators through DirectML's CPU fallback (4 calls" in result.err
+    assert data["compute"]["device_share"] < 1.0
+    report = tmp_path / "run.json"
+    run = run_python(
+        ["-m", "dmlpatch", "--device", "sim", f"--report={report}", "program.py"],
+        cwd=tmp_path,
+        env=clean_env(),
+    )
+    assert run.code == 0, run.err
+    compute = json.loads(report.read_text())["compute"]
+    assert {entry["operator"] for entry in compute["cpu_fallbacks"]} == table
+    assert compute["device_share"] < 1.0
+    exit_line = next(line for line in run.err.splitlines() if "ran through DirectML's" in line)
+    assert "aten::_linalg_svd.U (2 calls, 8 copies" in exit_line and "aten::histc" in exit_line
+
+
 def test_refusal_without_a_fix_would_fail(
     tmp_path: Path, write: Callable[[str, str], Path]
 ) -> None:
@@ -376,8 +416,8 @@ def test_a_json_file_that_cannot_be_written_is_exit_2(
 
 
 def test_byte_counts_in_decimal_units() -> None:
-    from dmlpatch.commands.check import _size
+    from dmlpatch.placement.summary import bytes_text
 
-    cases = {0: "0 B", 999: "999 B", 1000: "1.0 KB", 1500: "1.5 KB", 999_999: "1.0 MB"}
+    cases = {0: "0 B", 999: "999 B", 1000: "1.0 kB", 1500: "1.5 kB", 999_999: "1.0 MB"}
     cases.update({2_500_000_000: "2.5 GB", 5 * 10**12: "5000.0 GB"})
-    assert {n: _size(n) for n in cases} == cases
+    assert {n: bytes_text(n) for n in cases} == cases

@@ -60,7 +60,7 @@ for step in range(3):
 big = torch.randn(256, 256, device="cuda")
 for _ in range(3):
     spectrum = torch.linalg.svdvals(big)
-values = torch.linalg.eigvalsh(torch.eye(2, device="cuda"))
+values = torch.linalg.eigvalsh(torch.eye(80, device="cuda"))
 print("done")
 """
 LINES = {line: n for n, line in enumerate(PROGRAM.splitlines(), start=1) if line.strip()}
@@ -157,7 +157,7 @@ def test_each_line_is_marked_where_its_compute_ran(
         "    out = head(features.cpu())": "cpu",
         "    opt.step()": "fixed",
         "    spectrum = torch.linalg.svdvals(big)": "fallback",
-        'values = torch.linalg.eigvalsh(torch.eye(2, device="cuda"))': "fallback",
+        'values = torch.linalg.eigvalsh(torch.eye(80, device="cuda"))': "fallback",
     }
     colours = {}
     for text, place in expected.items():

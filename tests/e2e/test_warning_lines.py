@@ -46,7 +46,7 @@ import torch.nn.functional as F
 x = torch.randn(1, 2, 5, 5, device="cuda", requires_grad=True)
 for step in range(STEPS):
     y = F.pad(x, (1, 1, 1, 1), mode="replicate")
-    s = torch.linalg.svdvals(y[0, 0])
+    s = torch.histc(y[0, 0], 5)
     loss = y.sum() + s.sum()
     loss.backward()
 print(tuple(x.grad.shape), torch.is_anomaly_enabled())
@@ -76,7 +76,7 @@ def test_a_backward_operator_s_fallback_warning_names_the_forward_line(tmp_path:
         _at(tmp_path, 8),
         _at(tmp_path, 7),
     ]
-    assert "aten::_linalg_svd" in warned[0] and "aten::replication_pad2d_backward" in warned[1]
+    assert "aten::histc" in warned[0] and "aten::replication_pad2d_backward" in warned[1]
     assert out == "(1, 2, 5, 5) False\n"
 
 

@@ -142,7 +142,6 @@ class _Judge:
         )
         if self.options.html:
             self.placement.ledger.keep_lines()
-            self.placement.watch_fixes()
         self.tracing = operators.traces_unobserved()
         self.placement.__enter__()
         self.tracing.__enter__()
@@ -281,18 +280,6 @@ def _known(failures: tuple[Any, ...]) -> Optional[str]:
     return "/".join(failure.key for failure in failures) or None
 
 
-def _size(nbytes: int) -> str:
-    """``512 B``, ``1.5 KB`` ... ``2048.0 GB``: decimal units, as the copies' byte counts."""
-    if nbytes < 1000:
-        return f"{nbytes} B"
-    scaled = float(nbytes)
-    for unit in ("KB", "MB", "GB"):
-        scaled /= 1000
-        if round(scaled, 1) < 1000 or unit == "GB":
-            break
-    return f"{scaled:.1f} {unit}"
-
-
 def judge(
     rows: list[Row],
     counters: dict[str, Any],
@@ -347,6 +334,8 @@ def judge(
     if on_cpu is not None:
         code = program_code or 1
         return Outcome(code, "cpu", on_cpu)
+    from dmlpatch.placement.summary import bytes_text
+
     fallbacks = [r for r in rows if r.how == "fallback"]
     fixed = [r for r in rows if r.how == "fixed"]
     copies = sum(r.copies for r in fallbacks)
@@ -354,7 +343,7 @@ def judge(
     plural = "" if len(fallbacks) == 1 else "s"
     verdict = (
         f"runs on DirectML with {len(fallbacks)} fallback{plural} costing {copies} copies "
-        f"({_size(moved)}) per run"
+        f"({bytes_text(moved)}) per run"
     )
     if fixed:
         verdict += f"; {len(fixed)} operator{'' if len(fixed) == 1 else 's'} fixed on the device"

@@ -57,52 +57,63 @@ class Counter(TorchDispatchMode):
         self.ledger = ledger.start("operators")
         self._families: dict[Any, Any] = {}
         self._serving = serving
-        #: The fixes that served the call under way (:meth:`watch_fixes`), or None.
-        self._fixes: Optional[list[str]] = None
+        #: What dmlpatch's fix kernels recorded during the call under way (``(category,
+        #: operator)``: ``fixed`` on the device, or ``fallback`` through the CPU), or None.
+        self._records: Optional[list[tuple[str, str]]] = None
         self._sink_before: Any = None
 
-    def watch_fixes(self) -> None:
-        """Note on each call's line the dmlpatch fixes that served it, as they record
-        themselves (a fix kernel may pass a call on untouched: only a record says it fixed)."""
+    def __enter__(self) -> Any:
+        # A fix kernel says per call whether it served the call on the device or sent it
+        # through the CPU (a matrix wider than its limit, float16 on the host): the operator's
+        # name alone cannot tell.
         from dmlpatch.opfix import _accounting
 
-        fixes: list[str] = []
-        before = _accounting._sink
+        self._sink_before = _accounting.set_sink(self._heard)
+        return super().__enter__()
 
-        def sink(category: str, name: str, copies: int, nbytes: int) -> None:
-            if category == "fixed":
-                fixes.append(name)
-            if before is not None:
-                before(category, name, copies, nbytes)
-
-        self._fixes = fixes
-        self._sink_before = _accounting.set_sink(sink)
+    def _heard(self, category: str, name: str, copies: int, nbytes: int) -> None:
+        if self._records is not None:
+            self._records.append((category, name))
+        if self._sink_before is not None:
+            self._sink_before(category, name, copies, nbytes)
 
     def __exit__(self, *exc: Any) -> Any:
-        if self._fixes is not None:
-            from dmlpatch.opfix import _accounting
+        from dmlpatch.opfix import _accounting
 
-            _accounting.set_sink(self._sink_before)
-            self._fixes = None
+        _accounting.set_sink(self._sink_before)
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        fixes = self._fixes
-        if fixes:
-            fixes.clear()
+        outer, records = self._records, []
+        self._records = records
         started = perf_counter()
-        result = func(*args, **kwargs)
+        try:
+            result = func(*args, **kwargs)
+        finally:
+            self._records = outer
         seconds = perf_counter() - started
         with contextlib.suppress(Exception):  # accounting never breaks the program
-            if fixes:
+            through_cpu = next((name for kind, name in records if kind == "fallback"), None)
+            if self.ledger.keeps_lines:
                 site = frames.site(depth=1)
-                for name in fixes:
-                    self.ledger.note_device_line(site, families.OTHER, 0, name)
-            self._count(func, args, kwargs, result, seconds)
+                for kind, name in records:
+                    if kind == "fixed":
+                        self.ledger.note_device_line(site, families.OTHER, 0, name)
+            self._count(func, args, kwargs, result, seconds, through_cpu)
         return result
 
-    def _count(self, func: Any, args: Any, kwargs: Any, result: Any, seconds: float) -> None:
+    def _count(
+        self,
+        func: Any,
+        args: Any,
+        kwargs: Any,
+        result: Any,
+        seconds: float,
+        through_cpu: Optional[str] = None,
+    ) -> None:
+        """Count one call; ``through_cpu``: the operator a fix kernel sent through the CPU
+        during it (it says so per call)."""
         known = self._families.get(func, False)
         if known is False:
             name = func._schema.name.partition("::")[2]
@@ -116,7 +127,9 @@ class Counter(TorchDispatchMode):
         if kind in ("", "meta"):
             return
         fallback = None
-        if kind != "cpu" and self._serving is not None:
+        if through_cpu is not None:
+            kind, fallback = "cpu", through_cpu
+        elif kind != "cpu" and self._serving is not None:
             how, reported = self._serving.of(func)
             if how in ("fallback", "cpu"):
                 kind, fallback = "cpu", reported

@@ -196,11 +196,16 @@ def fallback_clause(section: dict[str, Any]) -> str:
 
 
 def bytes_text(value: int) -> str:
-    """``1.2 MB``: decimal units, as the copies' byte counts."""
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} B"
+    """``512 B``, ``1.5 kB`` ... ``2048.0 GB``: decimal units, as the copies' byte counts
+    (999,999 bytes are ``1.0 MB``, not ``1000.0 kB``)."""
+    if value < 1000:
+        return f"{value} B"
+    scaled = float(value)
+    for unit in ("kB", "MB", "GB"):
+        scaled /= 1000
+        if round(scaled, 1) < 1000 or unit == "GB":
+            break
+    return f"{scaled:.1f} {unit}"
 
 
 def fallback_line(section: dict[str, Any], argv: list[str]) -> Optional[str]:

@@ -160,10 +160,8 @@ def test_a_multivariate_normal_trains_as_on_the_cpu(dev: torch.device) -> None:
 def test_a_matrix_wider_than_the_device_factors_goes_through_the_cpu(dev: torch.device) -> None:
     a = _positive_definite(cholesky.WIDEST + 1, cholesky.WIDEST + 1)
     sim.reset_counters()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # said once a process: test_opfix_householder.py's
         got = torch.linalg.cholesky(a.to(dev))
     assert close(got, torch.linalg.cholesky(a))
     assert sim.counters()["ops"]["fallback"] == {"aten::linalg_cholesky_ex.L": 1}
-    messages = [str(w.message) for w in caught]
-    assert any("'aten::linalg_cholesky_ex.L' is not currently supported" in m for m in messages)

@@ -213,8 +213,10 @@ def test_a_matrix_wider_than_the_device_decomposes_goes_through_the_cpu(
     a = torch.randn(n, n)
     symmetric = a + a.mT
     sim.reset_counters()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        # Said once a process, by whichever test makes the first (test_opfix_householder.py
+        # checks the words and test_warning_lines.py the line).
+        warnings.simplefilter("ignore")
         got_values = torch.linalg.eigvalsh(symmetric.to(dev))
         got_s = torch.linalg.svdvals(a.to(dev))
     assert close(got_values, torch.linalg.eigvalsh(symmetric))
@@ -222,8 +224,6 @@ def test_a_matrix_wider_than_the_device_decomposes_goes_through_the_cpu(
     counters = sim.counters()["ops"]
     assert counters["fixed"] == {}
     assert set(counters["fallback"]) == {"aten::_linalg_eigh.eigenvalues", "aten::_linalg_svd.U"}
-    messages = [str(w.message) for w in caught]
-    assert any("'aten::_linalg_svd.U' is not currently supported" in m for m in messages)
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,26 @@ def test_nms_keeps_torchvisions_boxes_in_its_order(
     assert counters["ops"]["fallback"] == {}
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_nms_of_half_precision_boxes_is_the_float32_answer(
+    dev: torch.device, dtype: torch.dtype
+) -> None:
+    """torchvision's test_nms_float16: boxes a thousand pixels wide, whose areas overflow
+    float16; torchvision's CUDA kernel computes their IoU in float32 (its CPU kernel has no
+    float16)."""
+    boxes = torch.tensor(
+        [
+            [285.3538, 185.5758, 1193.5110, 851.4551],
+            [285.1472, 188.7374, 1192.4984, 851.0669],
+            [279.2440, 197.9812, 1189.4746, 849.2019],
+        ]
+    )
+    scores = torch.tensor([0.6370, 0.7569, 0.3966])
+    expected = nms(boxes, scores, 0.2)
+    kept = nms(boxes.to(dev, dtype), scores.to(dev, dtype), 0.2)
+    assert torch.equal(kept.cpu(), expected) and expected.tolist() == [1]
+
+
 @pytest.mark.parametrize("kept", [True, False])
 def test_nms_row_blocks_agree(
     dev: torch.device, monkeypatch: pytest.MonkeyPatch, kept: bool

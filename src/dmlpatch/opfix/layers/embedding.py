@@ -18,6 +18,7 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 _SUM, _MEAN = 0, 1
 
@@ -30,33 +31,6 @@ def _bag_of_each_index(offsets: torch.Tensor, bags: int, count: int) -> torch.Te
     marks = torch.zeros(count + 1, dtype=torch.long, device=offsets.device)
     marks.scatter_add_(0, starts, torch.ones_like(starts))
     return torch.cumsum(marks[:count], 0)
-
-
-def _through_the_cpu(
-    name: str,
-    weight: torch.Tensor,
-    indices: torch.Tensor,
-    offsets: torch.Tensor,
-    *options: object,
-    per_sample_weights: Optional[torch.Tensor],
-) -> Result:
-    record("fallback", f"aten::{name}", 3, weight.numel() * weight.element_size())
-    op = getattr(torch.ops.aten, name)
-    moved = per_sample_weights.cpu() if per_sample_weights is not None else None
-    scale, mode, sparse, include_last, padding = options
-    results = op(
-        weight.cpu(),
-        indices.cpu(),
-        offsets.cpu(),
-        scale,
-        mode,
-        sparse,
-        moved,
-        include_last,
-        padding,
-    )
-    output, offset2bag, sizes, maxima = (result.to(weight.device) for result in results)
-    return output, offset2bag, sizes, maxima
 
 
 def _embedding_bag(
@@ -73,18 +47,9 @@ def _embedding_bag(
 ) -> Result:
     padding = -1 if padding_idx is None else padding_idx
     if mode not in (_SUM, _MEAN) or scale_grad_by_freq or sparse:
-        return _through_the_cpu(
-            name,
-            weight,
-            indices,
-            offsets,
-            scale_grad_by_freq,
-            mode,
-            sparse,
-            include_last_offset,
-            padding_idx,
-            per_sample_weights=per_sample_weights,
-        )
+        arguments = (weight, indices, offsets, scale_grad_by_freq, mode, sparse)
+        tail = (per_sample_weights, include_last_offset, padding_idx)
+        return through_the_cpu(f"aten::{name}", getattr(torch.ops.aten, name), (*arguments, *tail))
     record("fixed", f"aten::{name}")
     count = indices.numel()
     bags = offsets.numel() - (1 if include_last_offset else 0)

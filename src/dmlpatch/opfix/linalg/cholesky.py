@@ -25,7 +25,8 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
-from dmlpatch.opfix.linalg.lu import _through_the_cpu, first_flagged
+from dmlpatch.opfix.linalg.lu import first_flagged
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix factored on the device (one column at a time).
 WIDEST = 64
@@ -55,7 +56,7 @@ def _cholesky_ex(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
     if check_errors or a.dtype not in _FLOATS or not square or not 0 < a.shape[-1] <= WIDEST:
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::linalg_cholesky_ex.L",
             torch.ops.aten.linalg_cholesky_ex,
             (a,),

@@ -24,7 +24,7 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
-from dmlpatch.opfix.linalg.lu import _through_the_cpu
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix exponentiated on the device (the backward's block matrix is twice this).
 WIDEST = 128
@@ -52,7 +52,7 @@ def _matrix_exp(a: torch.Tensor) -> torch.Tensor:
             record("fixed", "aten::linalg_matrix_exp")
             squarings = max(0, math.ceil(math.log2(largest))) if largest > 0 else 0
             return exponential(a, squarings)
-    return _through_the_cpu("aten::linalg_matrix_exp", torch.ops.aten.linalg_matrix_exp, (a,))
+    return through_the_cpu("aten::linalg_matrix_exp", torch.ops.aten.linalg_matrix_exp, (a,))
 
 
 KERNELS = (Kernel("linalg_matrix_exp", _matrix_exp, "fallback"),)

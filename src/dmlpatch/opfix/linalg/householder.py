@@ -78,9 +78,9 @@ def factor(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.
 
 def _qr(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
     if a.dtype not in _FLOATS or a.dim() < 2 or a.shape[-1] > WIDEST or a.numel() == 0:
-        from dmlpatch.opfix.linalg.lu import _through_the_cpu
+        from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
-        return _through_the_cpu("aten::linalg_qr.out", torch.ops.aten.linalg_qr, (a,), mode=mode)
+        return through_the_cpu("aten::linalg_qr.out", torch.ops.aten.linalg_qr, (a,), mode=mode)
     if mode not in ("reduced", "complete", "r"):
         raise RuntimeError(
             f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), "
@@ -110,9 +110,9 @@ def _householder_product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.T
         or tau.shape[-1] > WIDEST
         or reflectors.numel() == 0
     ):
-        from dmlpatch.opfix.linalg.lu import _through_the_cpu
+        from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::linalg_householder_product",
             torch.ops.aten.linalg_householder_product,
             (reflectors, tau),

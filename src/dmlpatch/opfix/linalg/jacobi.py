@@ -35,7 +35,7 @@ import torch
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.linalg import householder
-from dmlpatch.opfix.linalg.lu import _through_the_cpu
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix decomposed on the device (eigh's ``n``, svd's smaller side).
 WIDEST = householder.WIDEST
@@ -239,7 +239,7 @@ def _eigh(
         else:
             record("fixed", "aten::_linalg_eigh.eigenvalues")
             return result
-    return _through_the_cpu(
+    return through_the_cpu(
         "aten::_linalg_eigh.eigenvalues",
         torch.ops.aten._linalg_eigh,
         (a,),
@@ -263,7 +263,7 @@ def _svd(
         else:
             record("fixed", "aten::_linalg_svd.U")
             return result
-    return _through_the_cpu(
+    return through_the_cpu(
         "aten::_linalg_svd.U",
         torch.ops.aten._linalg_svd,
         (a,),

@@ -28,12 +28,11 @@ The other decompositions have modules of their own in this package.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: Largest system solved on the device (rows): geometry's 3x3 and 4x4, small filters.
 LARGEST = 8
@@ -113,24 +112,6 @@ def _substitute(
     return x
 
 
-def _through_the_cpu(
-    name: str, op: Callable[..., Any], tensors: tuple[torch.Tensor, ...], **options: Any
-) -> Any:
-    """What DirectML's fallback does, done here: the operator on the CPU, its results back.
-    (Its ``.out`` variant would go through DirectML's fallback, which loses the resize of an
-    ``out=`` tensor: microsoft/DirectML#431.)"""
-    from dmlpatch.placement import fallbacks
-
-    fallbacks.announce(name)
-    device = tensors[0].device
-    results = op(*(t.cpu() for t in tensors), **options)
-    many = isinstance(results, tuple)
-    back = tuple(r.to(device) for r in results) if many else results.to(device)
-    moved = [*tensors, *(results if many else (results,))]
-    record("fallback", name, len(moved), sum(t.numel() * t.element_size() for t in moved))
-    return back
-
-
 def _solve(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``(X, LU, pivots, info)`` for ``A X = B`` with B a batch of matrices; LU is A's."""
     lu, pivots, info = _factor(a)
@@ -157,7 +138,7 @@ def _lu_solve(
     adjoint: bool = False,
 ) -> torch.Tensor:
     if not left or not _small(lu) or b.dtype != lu.dtype or b.dim() < 2:
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::linalg_lu_solve.out",
             torch.ops.aten.linalg_lu_solve,
             (lu, pivots, b),
@@ -170,7 +151,7 @@ def _lu_solve(
 
 def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     if check_errors or not _small(a):
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::linalg_inv_ex.inverse",
             torch.ops.aten.linalg_inv_ex,
             (a,),
@@ -188,7 +169,7 @@ def _solve_ex(
     a: torch.Tensor, b: torch.Tensor, *, left: bool = True, check_errors: bool = False
 ) -> tuple[torch.Tensor, ...]:
     if check_errors or not left or not _small(a) or b.dtype != a.dtype:
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::_linalg_solve_ex.result",
             torch.ops.aten._linalg_solve_ex,
             (a, b),
@@ -226,7 +207,7 @@ def _lu_factor_ex(
     a: torch.Tensor, *, pivot: bool = True, check_errors: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not pivot or check_errors or not _small(a):
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::linalg_lu_factor_ex.out",
             torch.ops.aten.linalg_lu_factor_ex,
             (a,),
@@ -242,7 +223,7 @@ def _lu_unpack(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     m, n = (lu.shape[-2], lu.shape[-1]) if lu.dim() >= 2 else (0, 0)
     if lu.dtype not in _FLOATS or not 0 < m <= LARGEST or n > LARGEST:
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::lu_unpack.out",
             torch.ops.aten.lu_unpack,
             (lu, pivots),
@@ -270,7 +251,7 @@ def _lu_unpack(
 
 def _det(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not _small(a):
-        return _through_the_cpu("aten::_linalg_det.result", torch.ops.aten._linalg_det, (a,))
+        return through_the_cpu("aten::_linalg_det.result", torch.ops.aten._linalg_det, (a,))
     record("fixed", "aten::_linalg_det.result")
     # PyTorch factors A^T for a row-major real A (det(A^T) = det(A)), and its backward solves
     # with those factors as A^T's.
@@ -282,7 +263,7 @@ def _slogdet(
     a: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     if not _small(a):
-        return _through_the_cpu("aten::_linalg_slogdet.sign", torch.ops.aten._linalg_slogdet, (a,))
+        return through_the_cpu("aten::_linalg_slogdet.sign", torch.ops.aten._linalg_slogdet, (a,))
     record("fixed", "aten::_linalg_slogdet.sign")
     lu, pivots, _ = _factor(a.mT if a.is_contiguous() else a)  # as _det: A^T's factors
     diagonal = lu.diagonal(dim1=-2, dim2=-1)
@@ -327,7 +308,7 @@ def _solve_triangular(
     square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
     fits = square and a.dtype in _FLOATS and 0 < a.shape[-1] <= WIDEST_TRIANGLE
     if not fits or b.dtype != a.dtype or b.dim() < 2:
-        return _through_the_cpu(
+        return through_the_cpu(
             "aten::linalg_solve_triangular.out",
             torch.ops.aten.linalg_solve_triangular,
             (a, b),

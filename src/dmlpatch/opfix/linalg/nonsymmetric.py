@@ -15,15 +15,15 @@ from __future__ import annotations
 import torch
 
 from dmlpatch.opfix._kernel import Kernel
-from dmlpatch.opfix.linalg.lu import _through_the_cpu
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 
 def _eig(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _through_the_cpu("aten::linalg_eig", torch.ops.aten.linalg_eig, (a,))
+    return through_the_cpu("aten::linalg_eig", torch.ops.aten.linalg_eig, (a,))
 
 
 def _eigvals(a: torch.Tensor) -> torch.Tensor:
-    return _through_the_cpu("aten::_linalg_eigvals", torch.ops.aten._linalg_eigvals, (a,))
+    return through_the_cpu("aten::_linalg_eigvals", torch.ops.aten._linalg_eigvals, (a,))
 
 
 KERNELS = (

@@ -67,11 +67,14 @@ def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) 
     if count == 0:
         return torch.empty((0,), dtype=torch.int64, device=boxes.device)
     order = torch.sort(scores, descending=True, stable=True).indices
-    ordered = boxes[order]
+    # IoU in float32 for half-precision boxes, as torchvision's CUDA kernel computes it (its
+    # accumulate type): a float16 area overflows past 65504 (a 256 x 256 box).
+    accumulate = torch.float32 if boxes.dtype in (torch.float16, torch.bfloat16) else boxes.dtype
+    ordered = boxes[order].to(accumulate)
     x1, y1, x2, y2 = ordered.unbind(1)
     areas = (x2 - x1) * (y2 - y1)
     positions = torch.arange(count, device=boxes.device)
-    threshold = _threshold_below(iou_threshold, boxes.dtype)
+    threshold = _threshold_below(iou_threshold, accumulate)
 
     def overlaps(start: int, stop: int) -> torch.Tensor:
         """Whether box ``i`` in ``start:stop`` would suppress box ``j`` (a later one)."""
