@@ -345,8 +345,10 @@ FAILURES: tuple[Failure, ...] = (
         "values equal to the CPU's, vectors up to their sign, which PyTorch leaves to the "
         "device); dmlpatch.opfix.linalg.exponential: matrix_exp up to 128 columns; "
         "dmlpatch.opfix.linalg.nonsymmetric: eig and eigvals, whose DirectML fallback fails on "
-        "their complex results, through the CPU by dmlpatch; larger matrices, lstsq (LAPACK's "
-        "gelsy decides the rank) and ldl_factor still through the CPU, counted as fallbacks",
+        "their complex results, through the CPU by dmlpatch; dmlpatch.opfix.linalg.least_squares: "
+        "lstsq of systems whose full rank is proved (QR, up to 64 columns; others are gelsy's "
+        "to decide); larger matrices and ldl_factor still through the CPU, counted as "
+        "fallbacks",
     ),
     Failure(
         "attention-fast-path",

@@ -34,6 +34,7 @@ linalg.householder        ``linalg_qr`` and ``linalg_householder_product`` up to
                           (Householder reflections, as LAPACK)
 linalg.jacobi             ``_linalg_eigh`` and ``_linalg_svd`` up to 64 columns (Jacobi
                           rotations)
+linalg.least_squares      ``linalg_lstsq`` of full-rank systems up to 64 columns (QR)
 linalg.lu                 ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``,
                           ``linalg_lu_factor_ex``, ``_linalg_det``, ``_linalg_slogdet`` up to 8
                           rows (LU); ``linalg_solve_triangular`` up to 64 rows
@@ -136,6 +137,7 @@ FAMILIES = (
     "linalg.cholesky",
     "linalg.nonsymmetric",
     "linalg.exponential",
+    "linalg.least_squares",
     "complex.spectral",
     "tensors.allocation",
     "layers.attention",

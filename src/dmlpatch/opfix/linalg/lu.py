@@ -282,7 +282,7 @@ def _swaps_sign(pivots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return 1 - 2 * (swaps % 2).to(dtype)
 
 
-def _triangular(a: torch.Tensor, b: torch.Tensor, upper: bool, unitriangular: bool) -> torch.Tensor:
+def triangular(a: torch.Tensor, b: torch.Tensor, upper: bool, unitriangular: bool) -> torch.Tensor:
     """``trsm``: X with ``A X = B``, A triangular (batches already broadcast)."""
     n = a.shape[-1]
     x = b.contiguous().clone()
@@ -321,7 +321,7 @@ def _solve_triangular(
         a, b, upper = a.mT, b.mT, not upper
     batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     n, k = a.shape[-1], b.shape[-1]
-    x = _triangular(a.expand(*batch, n, n), b.expand(*batch, n, k), upper, unitriangular)
+    x = triangular(a.expand(*batch, n, n), b.expand(*batch, n, k), upper, unitriangular)
     return x if left else x.mT
 
 
