@@ -85,7 +85,8 @@ class Counter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        outer, records = self._records, []
+        outer = self._records
+        records: list[tuple[str, str]] = []
         self._records = records
         started = perf_counter()
         try:
