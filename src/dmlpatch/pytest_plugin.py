@@ -82,6 +82,30 @@ def pytest_unconfigure(config: Any) -> None:
         _held.clear()
 
 
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    """A test parametrized with a CUDA device by name (``"cuda"``, ``"cuda:1"``) gets the
+    target's in its place, as a CUDA literal in the suite's source would: torchvision's
+    ``cpu_and_cuda()`` returns ``("cpu", pytest.param("cuda", marks=pytest.mark.needs_cuda))``
+    from a helper module, and no site of the test says that the string names a device. The
+    test keeps its id (``[cuda]``), given when it was collected, and ``device == "cuda"`` in a
+    rewritten module still holds (``dmlpatch.runtime.device_tests.CudaSpelled``). Off an
+    accelerator the value is the CPU, where the suite's own CUDA check skips it as under
+    plain python."""
+    if not _patched:
+        return
+    from dmlpatch.runtime import cuda_device
+
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", None)
+        if not params:
+            continue
+        for name, value in params.items():
+            if value.__class__ is str and cuda_device.cuda_ordinal(value) is not (
+                cuda_device.NOT_CUDA
+            ):
+                params[name] = cuda_device.device(value)
+
+
 _patched = hook.is_installed()
 if _patched:
     from dmlpatch.rewriting import composition

@@ -150,6 +150,66 @@ def test_without_the_plugin_one_line_names_what_pytest_loaded(suite: Path) -> No
     ) in result.err_lines
 
 
+#: torchvision's way (test/common_utils.py, test/conftest.py): the devices a test runs on come
+#: from a helper module, the CUDA one a ``pytest.param`` that a mark skips without CUDA; no
+#: line of the test says that the string names a device.
+PARAMETRIZED = {
+    "conftest.py": """
+        import pytest
+        import torch
+
+
+        def pytest_configure(config):
+            config.addinivalue_line("markers", "needs_cuda: a test that needs a CUDA device")
+
+
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                if item.get_closest_marker("needs_cuda") and not torch.cuda.is_available():
+                    item.add_marker(pytest.mark.skip(reason="CUDA device not available"))
+        """,
+    "devices.py": """
+        import pytest
+
+
+        def cpu_and_cuda():
+            return ("cpu", pytest.param("cuda", marks=pytest.mark.needs_cuda))
+        """,
+    "test_parametrized.py": """
+        import pytest
+        import torch
+        from devices import cpu_and_cuda
+
+
+        @pytest.mark.parametrize("device", cpu_and_cuda())
+        def test_add(device):
+            x = torch.arange(3.0, device=device)
+            print("add", x.device, device == "cpu", (x + 1).tolist())
+        """,
+}
+
+
+def test_a_test_parametrized_with_cuda_runs_on_the_device_under_its_own_id(
+    tmp_path: Path,
+) -> None:
+    for name, text in PARAMETRIZED.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    plain = _pytest(tmp_path, "-m", "pytest")
+    assert "1 passed, 1 skipped" in plain.out, plain.out + plain.err
+    device = _pytest(tmp_path, "-m", "dmlpatch", "--device", "sim", "-m", "pytest")
+    assert "2 passed" in device.out, device.out + device.err
+    assert "PASSED test_parametrized.py::test_add[cuda]" in device.out
+    printed = [line for line in device.out.splitlines() if line.startswith("add ")]
+    assert sorted(printed) == [
+        "add cpu True [1.0, 2.0, 3.0]",
+        "add privateuseone:0 False [1.0, 2.0, 3.0]",
+    ]
+    # No device: the CUDA test is skipped as under plain python, under the same id.
+    cpu = _pytest(tmp_path, "-m", "dmlpatch", "--device", "cpu", "-m", "pytest")
+    assert "1 passed, 1 skipped" in cpu.out, cpu.out + cpu.err
+    assert "SKIPPED [1] test_parametrized.py" in cpu.out
+
+
 HOOKED = """
     import torch
     import jaxtyping
