@@ -147,6 +147,10 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
             "aten::linalg_cholesky_ex",
             lambda d: torch.linalg.cholesky(tensors[d][21]),
         ),
+        "lstsq 256x16": (
+            "aten::linalg_lstsq",
+            lambda d: torch.linalg.lstsq(tensors[d][18], tensors[d][18][:, :2]),
+        ),
         "matrix_exp of 16 8x8": (
             "aten::linalg_matrix_exp",
             lambda d: torch.linalg.matrix_exp(tensors[d][22]),
