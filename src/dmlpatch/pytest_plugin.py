@@ -83,13 +83,15 @@ def pytest_unconfigure(config: Any) -> None:
 
 
 def pytest_collection_modifyitems(items: list[Any]) -> None:
-    """A test parametrized with a CUDA device by name (``"cuda"``, ``"cuda:1"``) gets the
-    target's in its place, as a CUDA literal in the suite's source would: torchvision's
-    ``cpu_and_cuda()`` returns ``("cpu", pytest.param("cuda", marks=pytest.mark.needs_cuda))``
-    from a helper module, and no site of the test says that the string names a device. The
-    test keeps its id (``[cuda]``), given when it was collected, and ``device == "cuda"`` in a
-    rewritten module still holds (``dmlpatch.runtime.device_tests.CudaSpelled``). Off an
-    accelerator the value is the CPU, where the suite's own CUDA check skips it as under
+    """A test's ``device`` (or ``dev``) parameter given a CUDA device by name (``"cuda"``,
+    ``"cuda:1"``) gets the target's in its place, as a CUDA literal in the suite's source would:
+    torchvision's ``cpu_and_cuda()`` returns ``("cpu", pytest.param("cuda",
+    marks=pytest.mark.needs_cuda))`` from a helper module, and no site of the test says that
+    the string names a device. Only parameters so named are taken: under another name the
+    string may be a key (kornia's ``device_name`` looks ``"cuda"`` up in a table of its
+    own, which already holds the device). The test keeps its id (``[cuda]``), and ``device ==
+    "cuda"`` in a rewritten module still holds (``dmlpatch.runtime.device_tests.CudaSpelled``).
+    Off an accelerator the value is the CPU, where the suite's own CUDA check skips it as under
     plain python."""
     if not _patched:
         return
@@ -99,11 +101,17 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
         params = getattr(getattr(item, "callspec", None), "params", None)
         if not params:
             continue
-        for name, value in params.items():
-            if value.__class__ is str and cuda_device.cuda_ordinal(value) is not (
-                cuda_device.NOT_CUDA
-            ):
+        for name in DEVICE_PARAMETERS.intersection(params):
+            value = params[name]
+            if value.__class__ is not str:
+                continue
+            if cuda_device.cuda_ordinal(value) is not cuda_device.NOT_CUDA:
                 params[name] = cuda_device.device(value)
+
+
+#: The parameter names suites give the device a test runs on (torchvision's operator and
+#: transform tests ``device``, its model tests ``dev``; most suites ``device``).
+DEVICE_PARAMETERS = frozenset({"device", "dev"})
 
 
 _patched = hook.is_installed()

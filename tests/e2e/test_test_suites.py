@@ -185,6 +185,24 @@ PARAMETRIZED = {
         def test_add(device):
             x = torch.arange(3.0, device=device)
             print("add", x.device, device == "cpu", (x + 1).tolist())
+
+
+        @pytest.mark.parametrize("dev", cpu_and_cuda())  # torchvision's model tests
+        def test_model(dev):
+            print("model", torch.nn.Linear(2, 2).to(dev).weight.device)
+
+
+        # kornia's way: the parameter is a name, looked up in the suite's own table.
+        TABLE = {"cpu": torch.device("cpu")}
+        if torch.cuda.is_available():
+            TABLE["cuda"] = torch.device("cuda:0")
+
+
+        @pytest.mark.parametrize("device_name", ["cpu", "cuda"])
+        def test_named(device_name):
+            if device_name not in TABLE:
+                pytest.skip(f"no {device_name}")
+            print("named", device_name, TABLE[device_name].type)
         """,
 }
 
@@ -195,18 +213,25 @@ def test_a_test_parametrized_with_cuda_runs_on_the_device_under_its_own_id(
     for name, text in PARAMETRIZED.items():
         (tmp_path / name).write_text(textwrap.dedent(text))
     plain = _pytest(tmp_path, "-m", "pytest")
-    assert "1 passed, 1 skipped" in plain.out, plain.out + plain.err
+    assert "3 passed, 3 skipped" in plain.out, plain.out + plain.err
     device = _pytest(tmp_path, "-m", "dmlpatch", "--device", "sim", "-m", "pytest")
-    assert "2 passed" in device.out, device.out + device.err
+    assert "6 passed" in device.out, device.out + device.err
     assert "PASSED test_parametrized.py::test_add[cuda]" in device.out
-    printed = [line for line in device.out.splitlines() if line.startswith("add ")]
+    assert "PASSED test_parametrized.py::test_named[cuda]" in device.out
+    printed = [
+        line for line in device.out.splitlines() if line.startswith(("add ", "model ", "named "))
+    ]
     assert sorted(printed) == [
         "add cpu True [1.0, 2.0, 3.0]",
         "add privateuseone:0 False [1.0, 2.0, 3.0]",
+        "model cpu",
+        "model privateuseone:0",
+        "named cpu cpu",
+        "named cuda privateuseone",
     ]
-    # No device: the CUDA test is skipped as under plain python, under the same id.
+    # No device: the CUDA tests are skipped as under plain python, under the same ids.
     cpu = _pytest(tmp_path, "-m", "dmlpatch", "--device", "cpu", "-m", "pytest")
-    assert "1 passed, 1 skipped" in cpu.out, cpu.out + cpu.err
+    assert "3 passed, 3 skipped" in cpu.out, cpu.out + cpu.err
     assert "SKIPPED [1] test_parametrized.py" in cpu.out
 
 
