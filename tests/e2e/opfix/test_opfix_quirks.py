@@ -288,7 +288,10 @@ def test_every_product_equals_the_cpu(
     if in_place:
         expected = _outcome(lambda: a.clone().mul_(b))
         got = _outcome(lambda: a.to(dev).mul_(moved))
-    elif swap and kind != "number":
+    elif swap and kind == "number":  # torch.mul(-1, x): kornia's __rmul__
+        expected = _outcome(lambda: torch.mul(b, a))
+        got = _outcome(lambda: torch.mul(moved, a.to(dev)))
+    elif swap:
         expected = _outcome(lambda: b * a)
         got = _outcome(lambda: moved * a.to(dev))
     else:

@@ -57,9 +57,12 @@ _ONE = (1,)
 
 
 def _mul(self: torch.Tensor, other: Union[torch.Tensor, complex]) -> torch.Tensor:
-    # A Python number (x * 2 reaches mul.Tensor as a wrapped number) arrives as itself; either
-    # operand may be a CPU scalar tensor (a scheduler's beta ** 0.5 times a device tensor).
+    # A Python number (x * 2 reaches mul.Tensor as a wrapped number) arrives as itself, first
+    # too (torch.mul(-1, x): kornia's __rmul__), where the product commutes; either operand may
+    # be a CPU scalar tensor (a scheduler's beta ** 0.5 times a device tensor).
     sentinels.stand_aside()
+    if not isinstance(self, _TENSOR):
+        self, other = other, self
     result_dtype = _result_type(self, other)
     if type(other) is _TENSOR and other.dtype is _BOOL and self.dtype is not _BOOL:
         record("fixed", "aten::mul.out")
