@@ -291,3 +291,27 @@ def test_transform_lengths_to_65536_keep_float32_precision(dev: torch.device) ->
         # A length-n transform rounds through log2(n) stages: error grows with its depth.
         _near(got, expected, roundings=16 * math.log2(n))
         _near(torch.fft.irfft(got, n), x, roundings=16 * math.log2(n))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda dtype, where: torch.rand(3, 2, dtype=dtype, device=where),
+        lambda dtype, where: torch.randn(4, dtype=dtype, device=where),
+        lambda dtype, where: torch.empty(5, dtype=dtype, device=where).normal_(1.0, 2.0),
+        lambda dtype, where: torch.empty(2, 3, dtype=dtype, device=where).t().uniform_(-1, 3),
+    ],
+    ids=["rand", "randn", "normal_", "uniform_ of a view"],
+)
+def test_seeded_complex_draws_are_the_cpu_s_numbers(
+    dev: torch.device, draw: Any, dtype: torch.dtype
+) -> None:
+    # kornia's Lie groups draw complex rotations (So2.random): the parts come from one real
+    # stream, in PyTorch's order, so a seed gives the CPU's numbers.
+    torch.manual_seed(0)
+    expected = draw(dtype, "cpu")
+    torch.manual_seed(0)
+    got = draw(dtype, dev)
+    assert got.device == dev and got.dtype == dtype
+    assert torch.equal(got.cpu(), expected)

@@ -842,6 +842,26 @@ def _zero(func: Any, z: PairedComplex) -> PairedComplex:
     return z
 
 
+@_handles(aten.uniform_.default)
+def _uniform(
+    func: Any, z: PairedComplex, low: float = 0.0, high: float = 1.0, *, generator: Any = None
+) -> PairedComplex:
+    """``torch.rand`` of a complex dtype: PyTorch draws the real and imaginary parts as one
+    real tensor (``view_as_real``), in that order, so the pairs drawn alike are its numbers."""
+    z.pairs.uniform_(low, high, generator=generator)
+    return z
+
+
+@_handles(aten.normal_.default)
+def _normal(
+    func: Any, z: PairedComplex, mean: float = 0.0, std: float = 1.0, *, generator: Any = None
+) -> PairedComplex:
+    """``torch.randn`` of a complex dtype: each part drawn with ``std / sqrt(2)``, as PyTorch
+    draws them (the modulus then has variance ``std ** 2``)."""
+    z.pairs.normal_(mean, std / math.sqrt(2), generator=generator)
+    return z
+
+
 @_handles(aten.fill_.Scalar, aten.fill_.Tensor)
 def _fill(func: Any, z: Any, value: Any) -> Any:
     if not is_paired(z):
