@@ -36,7 +36,7 @@ linalg.jacobi             ``_linalg_eigh`` and ``_linalg_svd`` up to 64 columns 
                           rotations)
 linalg.least_squares      ``linalg_lstsq`` of full-rank systems up to 64 columns (QR)
 linalg.lu                 ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``,
-                          ``linalg_lu_factor_ex``, ``_linalg_det``, ``_linalg_slogdet`` up to 8
+                          ``linalg_lu_factor_ex``, ``_linalg_det``, ``_linalg_slogdet`` up to 16
                           rows (LU); ``linalg_solve_triangular`` up to 64 rows
 linalg.nonsymmetric       ``linalg_eig``, ``_linalg_eigvals`` through the CPU (DirectML's own
                           fallback fails on their complex results)

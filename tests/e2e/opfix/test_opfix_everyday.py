@@ -339,9 +339,9 @@ STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]
         (torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3]), torch.tensor([0, 2])),
         "aten::_embedding_bag_forward_only",
     ),
-    "linalg 9x9 (through the CPU)": (
+    "linalg 17x17 (through the CPU)": (
         torch.linalg.inv,
-        (torch.randn(9, 9) + 9 * torch.eye(9),),
+        (torch.randn(17, 17) + 17 * torch.eye(17),),
         "aten::linalg_inv_ex.inverse",
     ),
     "linalg svd of 65 columns": (

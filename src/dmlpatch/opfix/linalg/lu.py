@@ -34,8 +34,9 @@ from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
-#: Largest system solved on the device (rows): geometry's 3x3 and 4x4, small filters.
-LARGEST = 8
+#: Largest system solved on the device (rows): geometry's 3x3 and 4x4, the 9x9 normal
+#: equations of a homography (kornia's DLT), small filters.
+LARGEST = 16
 #: Largest triangular system solved on the device (substitution only, no factorisation: the
 #: triangular solves of ``MultivariateNormal.log_prob`` and of Cholesky's gradient).
 WIDEST_TRIANGLE = 64
