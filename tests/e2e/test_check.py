@@ -165,7 +165,9 @@ def test_a_fix_kernel_s_own_fallback_is_counted_in_check_and_in_a_run(
     assert run.code == 0, run.err
     compute = json.loads(report.read_text())["compute"]
     assert {entry["operator"] for entry in compute["cpu_fallbacks"]} == table
-    assert compute["device_share"] < 1.0
+    # An ordinary run counts layers: the program's products are none, so there is no share,
+    # only the fallbacks, named.
+    assert compute["device_share"] is None
     exit_line = next(line for line in run.err.splitlines() if "ran through DirectML's" in line)
     assert "aten::_linalg_svd.U (2 calls, 8 copies" in exit_line and "aten::histc" in exit_line
 

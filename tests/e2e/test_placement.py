@@ -303,9 +303,12 @@ def test_report_counts_fallback_copies_apart_from_the_programs(
     assert transfers["program"]["h2d"]["count"] == 0  # arange and + ran on the device
     assert transfers["syncs"] == 1  # .item()
     # No layer ran, but the fallback's work is compute on the CPU: by the elements hypot read
-    # and wrote (3 calls of two 5-element inputs and a 5-element result), with its copies.
+    # and wrote (3 calls of two 5-element inputs and a 5-element result), with its copies. No
+    # share is given: the device's work (arange, +) is no layer's, and 0.0 would say that
+    # nothing ran there.
     compute = report["compute"]
-    assert compute["device_share"] == 0.0
+    assert compute["device_share"] is None
+    assert compute["on_cpu"] == {"calls": 3, "flops": 3 * 15}
     (fallback,) = compute["cpu_fallbacks"]
     assert fallback["operator"] == "aten::hypot.out" and fallback["calls"] == 3
     assert (fallback["copies"], fallback["bytes"]) == (9, 180)

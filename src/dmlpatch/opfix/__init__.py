@@ -28,7 +28,8 @@ layers.rnn                ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (mi
                           LSTM/GRU step)
 layers.weight_norm        ``_weight_norm_interface`` and its backward (every weight-normed
                           convolution)
-linalg.cholesky           ``linalg_cholesky_ex`` up to 64 columns (column by column, as LAPACK)
+linalg.cholesky           ``linalg_cholesky_ex`` (column by column, as LAPACK) and
+                          ``_cholesky_solve_helper`` up to 64 columns
 linalg.exponential        ``linalg_matrix_exp`` up to 128 columns (scaling and squaring)
 linalg.householder        ``linalg_qr`` and ``linalg_householder_product`` up to 64 columns
                           (Householder reflections, as LAPACK)

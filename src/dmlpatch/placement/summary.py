@@ -61,6 +61,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
     ]
     other_calls = sum(e["calls"] for e in fallbacks if e["estimated_by"] == "elements")
     other_work = sum(e["flops"] for e in fallbacks if e["estimated_by"] == "elements")
+    layers = _share(cpu_calls - other_calls, cpu_flops - other_work, device_calls, device_flops)
     cause = None
     if cpu_share is not None and cpu_share >= SIGNIFICANT_CPU_SHARE:
         by_fallback = sum(entry["flops"] for entry in fallbacks)
@@ -77,7 +78,8 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
         "data_loading_on_cpu": {"calls": loading_calls, "flops": loading_flops},
         "model_setup_on_cpu": {"calls": building_calls, "flops": building_flops},
         "elsewhere": {"calls": elsewhere_calls, "flops": elsewhere_flops},
-        "device_share": None if cpu_share is None else round(1.0 - cpu_share, 4),
+        # None where no layer ran: fallbacks of other operators alone are no model to share.
+        "device_share": None if layers is None or cpu_share is None else round(1.0 - cpu_share, 4),
         "cpu_lines": lines,
         "cpu_fallbacks": fallbacks,
         # Of on_cpu: fallbacks of operators outside the layer families, counted by elements.
@@ -161,14 +163,14 @@ def headline(section: dict[str, Any]) -> str:
     share = cpu_share(section)
     device = section["device"]
     total = section["on_device"]["flops"] + section["on_cpu"]["flops"]
+    through = fallback_clause(section)
     if share is None:
+        if through:  # only fallbacks of other operators were counted
+            return f"no layer ran{through}"
         return (
             "none counted (no convolution, matrix product, attention, normalisation or "
             "recurrent layer ran)"
         )
-    through = fallback_clause(section)
-    if layers_cpu_share(section) is None:  # only fallbacks of other operators were counted
-        return f"no layer ran{through}"
     if share == 0:
         return f"all model compute ({flops_text(total)}) ran on {device}{through}"
     percent = round(100 * share)

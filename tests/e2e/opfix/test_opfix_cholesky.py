@@ -32,11 +32,13 @@ def test_without_dmlpatch_they_fall_back(dev: torch.device) -> None:
         torch.linalg.cholesky(a)
         torch.linalg.slogdet(a)
         torch.linalg.solve_triangular(a.tril(), a, upper=False)
+        torch.cholesky_solve(a, a.tril())
         fallbacks = set(sim.counters()["ops"]["fallback"])
     assert {
         "aten::linalg_cholesky_ex.L",
         "aten::_linalg_slogdet.sign",
         "aten::linalg_solve_triangular",
+        "aten::_cholesky_solve_helper",
     } <= fallbacks
 
 
@@ -88,6 +90,31 @@ def test_cholesky_gradients_equal_the_cpu_s(dev: torch.device, shape: tuple[int,
     assert on_device.grad is not None and a.grad is not None
     assert close(on_device.grad, a.grad)
     assert sim.counters()["ops"]["fallback"] == {}
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("b_shape", [(6, 2), (3, 6, 2), (2, 1, 6, 1)])
+def test_cholesky_solve_and_its_gradients_equal_the_cpu_s(
+    dev: torch.device, b_shape: tuple[int, ...], upper: bool
+) -> None:
+    torch.manual_seed(len(b_shape))
+    factor = torch.linalg.cholesky(_positive_definite(3, 6, 6, dtype=torch.float64), upper=upper)
+    factor.requires_grad_()
+    b = torch.randn(*b_shape, dtype=torch.float64, requires_grad=True)
+    on_device = [t.detach().to(dev).requires_grad_() for t in (b, factor)]
+    sim.reset_counters()
+    results = []
+    for rhs, tril in ((b, factor), on_device):
+        x = torch.cholesky_solve(rhs, tril, upper=upper)
+        x.sin().sum().backward()
+        results.append(x.detach())
+    assert close(results[1], results[0])
+    for got, expected in zip(on_device, (b, factor)):
+        assert got.grad is not None and expected.grad is not None
+        assert close(got.grad, expected.grad)
+    counters = sim.counters()["ops"]
+    assert counters["fallback"] == {}
+    assert counters["fixed"]["aten::_cholesky_solve_helper"] >= 1
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

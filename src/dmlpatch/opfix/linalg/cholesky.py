@@ -16,7 +16,8 @@ Matrices wider than :data:`WIDEST`, ``check_errors=True`` (which raises from the
 check) and dtypes other than float32 and float64 go through the CPU as DirectML's fallback
 would, counted and said as one; ``DMLPATCH_CPU_OPS=aten::linalg_cholesky_ex`` sends all of them
 there. autograd differentiates the factor with PyTorch's own formula (triangular solves,
-:mod:`dmlpatch.opfix.linalg.lu`).
+:mod:`dmlpatch.opfix.linalg.lu`). ``torch.cholesky_solve`` with such a factor is two
+triangular solves on the device, up to the same width.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
-from dmlpatch.opfix.linalg.lu import first_flagged
+from dmlpatch.opfix.linalg.lu import WIDEST_TRIANGLE, first_flagged, triangular
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix factored on the device (one column at a time).
@@ -72,4 +73,23 @@ def _cholesky_ex(
     return lower.mT, info
 
 
-KERNELS = (Kernel("linalg_cholesky_ex", _cholesky_ex, "fallback"),)
+def _cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) -> torch.Tensor:
+    """``torch.cholesky_solve`` (its batches already broadcast): two triangular solves,
+    ``L y = b`` then ``L^T x = y`` (GPyTorch's and the Gaussian processes' solves)."""
+    n = factor.shape[-1]
+    if factor.dtype not in _FLOATS or b.dtype != factor.dtype or not 0 < n <= WIDEST_TRIANGLE:
+        return through_the_cpu(
+            "aten::_cholesky_solve_helper",
+            torch.ops.aten._cholesky_solve_helper,
+            (b, factor, upper),
+        )
+    record("fixed", "aten::_cholesky_solve_helper")
+    lower = factor.mT if upper else factor
+    halfway = triangular(lower, b, upper=False, unitriangular=False)
+    return triangular(lower.mT, halfway, upper=True, unitriangular=False)
+
+
+KERNELS = (
+    Kernel("linalg_cholesky_ex", _cholesky_ex, "fallback"),
+    Kernel("_cholesky_solve_helper", _cholesky_solve_helper, "fallback"),
+)
