@@ -22,6 +22,7 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The most columns factored on the device (reflectors are made one column at a time).
 WIDEST = 64
@@ -78,8 +79,6 @@ def factor(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.
 
 def _qr(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
     if a.dtype not in _FLOATS or a.dim() < 2 or a.shape[-1] > WIDEST or a.numel() == 0:
-        from dmlpatch.opfix.on_the_cpu import through_the_cpu
-
         return through_the_cpu("aten::linalg_qr.out", torch.ops.aten.linalg_qr, (a,), mode=mode)
     if mode not in ("reduced", "complete", "r"):
         raise RuntimeError(
@@ -110,8 +109,6 @@ def _householder_product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.T
         or tau.shape[-1] > WIDEST
         or reflectors.numel() == 0
     ):
-        from dmlpatch.opfix.on_the_cpu import through_the_cpu
-
         return through_the_cpu(
             "aten::linalg_householder_product",
             torch.ops.aten.linalg_householder_product,

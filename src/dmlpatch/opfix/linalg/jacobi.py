@@ -28,7 +28,8 @@ of them there.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import functools
+from typing import Any, Callable, Optional, TypeVar
 
 import torch
 
@@ -46,6 +47,7 @@ MOST_SWEEPS = 40
 FIRST_CHECK = 3
 _FLOATS = (torch.float32, torch.float64)
 _TRIANGLES = ("L", "U", "l", "u")
+_Result = TypeVar("_Result")
 
 
 class _Schedule:
@@ -73,7 +75,7 @@ class _Schedule:
         self.rounds = rounds
 
 
-@lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)
 def _schedule(n: int, device: torch.device, dtype: torch.dtype) -> _Schedule:
     return _Schedule(n, device, dtype)
 
@@ -184,15 +186,14 @@ def _orthogonalise(w: torch.Tensor, vectors: torch.Tensor) -> tuple[torch.Tensor
     return w, vectors
 
 
-def _unit_columns(columns: torch.Tensor, lengths: torch.Tensor, full: bool) -> torch.Tensor:
-    """Orthonormal columns from orthogonal ones (their ``lengths``), completed where a column
-    is zero (or ``full`` asks for more) by QR on the device, as LAPACK's are orthonormal."""
+def _unit_columns(columns: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Orthonormal columns from orthogonal ones (their ``lengths``), completed by QR on the
+    device where a column is zero, as LAPACK's are orthonormal."""
     safe = torch.where(lengths > 0, lengths, torch.ones_like(lengths))
     scaled = columns * torch.where(lengths > 0, 1 / safe, torch.zeros_like(lengths)).unsqueeze(-2)
-    q, r = householder.factor(scaled, "complete" if full else "reduced")
-    k = r.shape[-1]
+    q, r = householder.factor(scaled, "reduced")
     signs = torch.where(r.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0).to(q.dtype)
-    return torch.cat([q[..., :k] * signs.unsqueeze(-2), q[..., k:]], dim=-1)
+    return q * signs.unsqueeze(-2)
 
 
 def decompose(
@@ -215,7 +216,7 @@ def decompose(
         return a.new_empty(0), values, a.new_empty(0)
     w = w.gather(-1, order.unsqueeze(-2).expand(w.shape))
     vectors = vectors.gather(-1, order.unsqueeze(-2).expand(vectors.shape))
-    u_of_r = _unit_columns(w, values, full=False)
+    u_of_r = _unit_columns(w, values)
     u = q[..., :n] @ u_of_r
     if full_matrices:
         u = torch.cat([u, q[..., n:]], dim=-1)
@@ -229,23 +230,14 @@ def _decomposable(a: torch.Tensor, width: int) -> bool:
 def _eigh(
     a: torch.Tensor, uplo: str = "L", compute_v: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    attempt = None
     if _decomposable(a, a.shape[-1]) and a.shape[-2] == a.shape[-1] and uplo in _TRIANGLES:
         # LAPACK reads one triangle only.
         lower = a.tril() if uplo in "Ll" else a.mT.tril()
-        try:
-            result = diagonalise(lower + lower.tril(-1).mT, compute_v)
-        except _Diverged:
-            pass
-        else:
-            record("fixed", "aten::_linalg_eigh.eigenvalues")
-            return result
-    return through_the_cpu(
-        "aten::_linalg_eigh.eigenvalues",
-        torch.ops.aten._linalg_eigh,
-        (a,),
-        UPLO=uplo,
-        compute_v=compute_v,
-    )
+        attempt = functools.partial(diagonalise, lower + lower.tril(-1).mT, compute_v)
+    name = "aten::_linalg_eigh.eigenvalues"
+    options = {"UPLO": uplo, "compute_v": compute_v}
+    return _served(name, torch.ops.aten._linalg_eigh, a, attempt, options)
 
 
 def _svd(
@@ -255,22 +247,32 @@ def _svd(
     *,
     driver: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    attempt = None
     if driver is None and _decomposable(a, min(a.shape[-2:], default=0)):
+        attempt = functools.partial(decompose, a, full_matrices, compute_uv)
+    options = {"full_matrices": full_matrices, "compute_uv": compute_uv, "driver": driver}
+    return _served("aten::_linalg_svd.U", torch.ops.aten._linalg_svd, a, attempt, options)
+
+
+def _served(
+    name: str,
+    op: Any,
+    a: torch.Tensor,
+    attempt: Optional[Callable[[], _Result]],
+    options: dict[str, Any],
+) -> _Result:
+    """``attempt`` on the device, counted as fixed; through the CPU where there is none (the
+    call is not one the device takes) or it diverged (a NaN: the CPU says what LAPACK says)."""
+    if attempt is not None:
         try:
-            result = decompose(a, full_matrices, compute_uv)
+            result = attempt()
         except _Diverged:
             pass
         else:
-            record("fixed", "aten::_linalg_svd.U")
+            record("fixed", name)
             return result
-    return through_the_cpu(
-        "aten::_linalg_svd.U",
-        torch.ops.aten._linalg_svd,
-        (a,),
-        full_matrices=full_matrices,
-        compute_uv=compute_uv,
-        driver=driver,
-    )
+    answer: _Result = through_the_cpu(name, op, (a,), **options)
+    return answer
 
 
 KERNELS = (
