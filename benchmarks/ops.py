@@ -81,10 +81,11 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
     features = torch.randn(32, 32)
     covariance = features @ features.mT / 32 + torch.eye(32)
     generator = torch.randn(16, 8, 8) * 0.3
+    factor = torch.linalg.cholesky(covariance)
     tensors = {
         d: [t.to(d) for t in (mask, x, weight, *mean_rstd, gates, cell, probabilities, targets)]
         + [t.to(d) for t in (betas, rows, value, grid, repeats, audio, cameras, system, rhs)]
-        + [t.to(d) for t in (tall, square, points, covariance, generator)]
+        + [t.to(d) for t in (tall, square, points, covariance, generator, factor)]
         for d in (dev, torch.device("cpu"))
     }
 
@@ -150,6 +151,14 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
         "lstsq 256x16": (
             "aten::linalg_lstsq",
             lambda d: torch.linalg.lstsq(tensors[d][18], tensors[d][18][:, :2]),
+        ),
+        "cholesky_inverse 32x32": (
+            "aten::cholesky_inverse",
+            lambda d: torch.cholesky_inverse(tensors[d][23]),
+        ),
+        "triangular_solve 32x32": (
+            "aten::triangular_solve",
+            lambda d: torch.triangular_solve(tensors[d][21], tensors[d][23], upper=False),
         ),
         "matrix_exp of 16 8x8": (
             "aten::linalg_matrix_exp",

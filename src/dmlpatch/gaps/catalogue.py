@@ -307,8 +307,9 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "linalg",
-        "torch.linalg's decompositions and solvers: inv, solve, det, slogdet, lu_factor, "
-        "solve_triangular, cholesky, cholesky_solve, qr, svd, eigh, eig, matrix_exp, lstsq "
+        "torch.linalg's decompositions and solvers: inv, solve, det, slogdet, lu, lu_factor, "
+        "solve_triangular (and the deprecated triangular_solve), cholesky, cholesky_solve, "
+        "cholesky_inverse, qr, geqrf, ormqr, svd, eigh, eig, matrix_exp, lstsq, ldl_factor "
         "(geometry code: camera matrices, homographies, kornia's epipolar geometry and "
         "point-set alignment; MultivariateNormal; orthogonal parametrizations)",
         _fallback("aten::linalg_inv_ex.inverse"),
@@ -322,10 +323,15 @@ FAILURES: tuple[Failure, ...] = (
             "aten::_linalg_slogdet",
             "aten::linalg_solve_triangular",
             "aten::lu_unpack",
+            "aten::linalg_lu",
+            "aten::triangular_solve",
             "aten::linalg_cholesky_ex",
             "aten::_cholesky_solve_helper",
+            "aten::cholesky_inverse",
             "aten::linalg_qr",
             "aten::linalg_householder_product",
+            "aten::geqrf",
+            "aten::ormqr",
             "aten::_linalg_svd",
             "aten::_linalg_eigh",
             "aten::linalg_eig",
@@ -333,23 +339,26 @@ FAILURES: tuple[Failure, ...] = (
             "aten::linalg_matrix_exp",
             "aten::linalg_lstsq",
             "aten::linalg_ldl_factor_ex",
+            "aten::linalg_ldl_solve",
         ),
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",
-        "dmlpatch.opfix.linalg.lu: inv, solve, lu_solve, lu_factor, lu_unpack, det and slogdet "
-        "of float systems up to 16 rows (LU with partial pivoting, as LAPACK), solve_triangular"
-        " up to 64 rows; dmlpatch.opfix.linalg.householder: qr and householder_product up to 64"
-        " columns (Householder reflections, as LAPACK); dmlpatch.opfix.linalg.cholesky: "
-        "cholesky and cholesky_solve up to 64 columns; dmlpatch.opfix.linalg.jacobi: eigh, "
-        "eigvalsh, svd and svdvals (so pinv, matrix_rank, the 2-norm, cond) up to 64 columns "
+        "dmlpatch.opfix.linalg.lu: inv, solve, lu, lu_solve, lu_factor, lu_unpack, det and "
+        "slogdet of float matrices up to 16 rows (LU with partial pivoting, as LAPACK), "
+        "solve_triangular and triangular_solve up to 64 rows; "
+        "dmlpatch.opfix.linalg.householder: qr, geqrf, ormqr and householder_product up to 64 "
+        "columns (Householder reflections, as LAPACK); dmlpatch.opfix.linalg.cholesky: "
+        "cholesky, cholesky_solve and cholesky_inverse up to 64 columns; "
+        "dmlpatch.opfix.linalg.jacobi: eigh, eigvalsh, svd and svdvals (so pinv, matrix_rank, "
+        "the 2-norm, cond) up to 64 columns "
         "(Jacobi rotations: values equal to the CPU's, vectors up to their sign, which PyTorch "
         "leaves to the device); dmlpatch.opfix.linalg.exponential: matrix_exp up to 128 "
         "columns; dmlpatch.opfix.linalg.nonsymmetric: eig and eigvals, whose DirectML fallback "
         "fails on their complex results, through the CPU by dmlpatch; "
         "dmlpatch.opfix.linalg.least_squares: lstsq of systems whose full rank is proved (QR, "
-        "up to 64 columns; others are gelsy's to decide); larger matrices and ldl_factor still "
-        "through the CPU, counted as fallbacks",
+        "up to 64 columns; others are gelsy's to decide); larger matrices, ldl_factor and "
+        "ldl_solve still through the CPU, counted as fallbacks",
     ),
     Failure(
         "attention-fast-path",

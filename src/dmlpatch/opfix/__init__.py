@@ -28,17 +28,18 @@ layers.rnn                ``_thnn_fused_lstm_cell``/``_thnn_fused_gru_cell`` (mi
                           LSTM/GRU step)
 layers.weight_norm        ``_weight_norm_interface`` and its backward (every weight-normed
                           convolution)
-linalg.cholesky           ``linalg_cholesky_ex`` (column by column, as LAPACK) and
-                          ``_cholesky_solve_helper`` up to 64 columns
+linalg.cholesky           ``linalg_cholesky_ex`` (column by column, as LAPACK),
+                          ``_cholesky_solve_helper``, ``cholesky_inverse`` up to 64 columns
 linalg.exponential        ``linalg_matrix_exp`` up to 128 columns (scaling and squaring)
-linalg.householder        ``linalg_qr`` and ``linalg_householder_product`` up to 64 columns
-                          (Householder reflections, as LAPACK)
+linalg.householder        ``linalg_qr``, ``geqrf``, ``ormqr``, ``linalg_householder_product``
+                          up to 64 columns (Householder reflections, as LAPACK)
 linalg.jacobi             ``_linalg_eigh`` and ``_linalg_svd`` up to 64 columns (Jacobi
                           rotations)
 linalg.least_squares      ``linalg_lstsq`` of full-rank systems up to 64 columns (QR)
 linalg.lu                 ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``,
-                          ``linalg_lu_factor_ex``, ``_linalg_det``, ``_linalg_slogdet`` up to 16
-                          rows (LU); ``linalg_solve_triangular`` up to 64 rows
+                          ``linalg_lu``, ``linalg_lu_factor_ex``, ``_linalg_det``,
+                          ``_linalg_slogdet`` up to 16 rows (LU); ``linalg_solve_triangular``,
+                          ``triangular_solve`` up to 64 rows
 linalg.nonsymmetric       ``linalg_eig``, ``_linalg_eigvals`` through the CPU (DirectML's own
                           fallback fails on their complex results)
 linalg.products           ``dot``, ``linalg_cross`` (geometry code)

@@ -192,3 +192,76 @@ def test_a_matrix_wider_than_the_device_factors_goes_through_the_cpu(dev: torch.
         got = torch.linalg.cholesky(a.to(dev))
     assert close(got, torch.linalg.cholesky(a))
     assert sim.counters()["ops"]["fallback"] == {"aten::linalg_cholesky_ex.L": 1}
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1), (5, 5), (2, 3, 7, 7), (64, 64)])
+def test_cholesky_inverse_and_its_gradients_equal_the_cpu_s(
+    dev: torch.device, shape: tuple[int, ...], upper: bool
+) -> None:
+    # A MultivariateNormal's precision_matrix is cholesky_inverse of its scale_tril.
+    torch.manual_seed(shape[-1])
+    factor = torch.linalg.cholesky(_positive_definite(*shape, dtype=torch.float64), upper=upper)
+    factor.requires_grad_()
+    on_device = factor.detach().to(dev).requires_grad_()
+    sim.reset_counters()
+    results = []
+    for x in (factor, on_device):
+        inverse = torch.cholesky_inverse(x, upper=upper)
+        inverse.sin().sum().backward()
+        results.append(inverse.detach())
+    expected, got = results
+    assert close(got, expected) and got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), got.cpu().mT)  # exactly symmetric, as potri's
+    assert on_device.grad is not None and factor.grad is not None
+    assert close(on_device.grad, factor.grad)
+    counters = sim.counters()["ops"]
+    assert counters["fallback"] == {} and counters["fixed"]["aten::cholesky_inverse"] >= 1
+
+
+def test_a_multivariate_normal_s_precision_matrix_stays_on_the_device(dev: torch.device) -> None:
+    covariance = _positive_definite(6, 6)
+    expected = torch.distributions.MultivariateNormal(torch.zeros(6), covariance).precision_matrix
+    sim.reset_counters()
+    normal = torch.distributions.MultivariateNormal(torch.zeros(6, device=dev), covariance.to(dev))
+    assert close(normal.precision_matrix, expected)
+    assert sim.counters()["ops"]["fallback"] == {}
+
+
+@pytest.mark.parametrize("unitriangular", [False, True])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(
+    "shapes", [((6, 6), (6, 2)), ((3, 1, 5, 5), (2, 5, 4)), ((40, 40), (40, 1))]
+)
+def test_the_deprecated_triangular_solve_equals_the_cpu_s(
+    dev: torch.device,
+    shapes: tuple[tuple[int, ...], tuple[int, ...]],
+    upper: bool,
+    transpose: bool,
+    unitriangular: bool,
+) -> None:
+    # torch.triangular_solve (GPyTorch, Pyro, older geometry code): the solution and the
+    # coefficient's broadcast copy, in the CPU's layout, and their gradients.
+    torch.manual_seed(shapes[0][-1])
+    a_shape, b_shape = shapes
+    a = torch.linalg.cholesky(_positive_definite(*a_shape, dtype=torch.float64))
+    a = (a.mT if upper else a).detach().requires_grad_()
+    b = torch.randn(*b_shape, dtype=torch.float64, requires_grad=True)
+    on_device = [t.detach().to(dev).requires_grad_() for t in (b, a)]
+    options = {"upper": upper, "transpose": transpose, "unitriangular": unitriangular}
+    sim.reset_counters()
+    results = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own deprecation warning
+        for rhs, coefficient in ((b, a), on_device):
+            solution, copied = torch.triangular_solve(rhs, coefficient, **options)
+            solution.sin().sum().backward()
+            results.append((solution.detach(), copied.detach()))
+    for got, expected in zip(*reversed(results)):
+        assert close(got, expected) and got.stride() == expected.stride()
+    for got_grad, expected_grad in zip(on_device, (b, a)):
+        assert got_grad.grad is not None and expected_grad.grad is not None
+        assert close(got_grad.grad, expected_grad.grad)
+    counters = sim.counters()["ops"]
+    assert counters["fallback"] == {} and counters["fixed"]["aten::triangular_solve.X"] >= 1

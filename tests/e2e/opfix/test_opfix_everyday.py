@@ -260,6 +260,21 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (*torch.linalg.lu_factor(torch.randn(2, 5, 5) + 5 * torch.eye(5)), torch.randn(2, 5, 3)),
         "aten::linalg_lu_solve.out",
     ),
+    "linalg.lu of a tall batch": (
+        torch.linalg.lu,
+        (torch.randn(2, 6, 4),),
+        "aten::linalg_lu.out",
+    ),
+    "linalg.lu of a wide matrix, backward": (
+        grads(lambda a: torch.cat([f.flatten() for f in torch.linalg.lu(a)])),
+        (torch.randn(3, 5, dtype=torch.float64),),
+        "aten::linalg_lu.out",
+    ),
+    "linalg.lu_factor of a tall matrix": (
+        torch.linalg.lu_factor,
+        (torch.randn(7, 3),),
+        "aten::linalg_lu_factor_ex.out",
+    ),
     "binary_cross_entropy saturated": (
         lambda x, t: F.binary_cross_entropy(x, t, reduction="none"),
         (torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0])),

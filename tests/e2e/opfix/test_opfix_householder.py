@@ -118,3 +118,59 @@ def test_householder_product_equals_the_cpu_s(
     counters = sim.counters()["ops"]
     assert counters["fallback"] == {}
     assert counters["fixed"]["aten::linalg_householder_product"] >= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4), (2, 6, 6), (64, 64)])
+def test_geqrf_equals_the_cpu_s_in_lapack_s_layout(
+    dev: torch.device, shape: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    torch.manual_seed(2)
+    a = torch.randn(*shape, dtype=dtype)
+    stored, tau = torch.geqrf(a)
+    sim.reset_counters()
+    got_stored, got_tau = torch.geqrf(a.to(dev))
+    counters = sim.counters()["ops"]
+    assert close(got_stored, stored) and close(got_tau, tau)
+    assert got_stored.stride() == stored.stride()
+    assert counters["fallback"] == {} and counters["fixed"]["aten::geqrf"] == 1
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("shape, k", [((6, 4), 4), ((6, 4), 2), ((3, 5, 5), 5)])
+def test_ormqr_multiplies_by_the_cpu_s_q_and_its_gradients_are_the_cpu_s(
+    dev: torch.device, shape: tuple[int, ...], k: int, left: bool, transpose: bool
+) -> None:
+    torch.manual_seed(k)
+    stored, tau = torch.geqrf(torch.randn(*shape, dtype=torch.float64))
+    stored, tau = stored[..., :k], tau[..., :k]
+    m = shape[-2]
+    other_shape = (*shape[:-2], m, 3) if left else (*shape[:-2], 3, m)
+    other = torch.randn(other_shape, dtype=torch.float64)
+    cpu_inputs = [t.clone().requires_grad_() for t in (stored, tau, other)]
+    device_inputs = [t.to(dev).requires_grad_() for t in (stored, tau, other)]
+    sim.reset_counters()
+    results = []
+    for inputs in (cpu_inputs, device_inputs):
+        product = torch.ormqr(*inputs, left=left, transpose=transpose)
+        product.sin().sum().backward()
+        results.append(product)
+    assert close(results[1], results[0].detach())
+    assert results[1].stride() == results[0].stride()
+    for got, expected in zip(device_inputs, cpu_inputs):
+        assert got.grad is not None and expected.grad is not None
+        assert close(got.grad, expected.grad)
+    counters = sim.counters()["ops"]
+    assert counters["fallback"] == {} and counters["fixed"]["aten::ormqr"] >= 1
+
+
+def test_ormqr_of_mismatched_batches_is_the_cpu_s_error(dev: torch.device) -> None:
+    stored, tau = torch.geqrf(torch.randn(2, 4, 4))
+    other = torch.randn(3, 4, 2)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.ormqr(stored, tau, other)
+    with pytest.raises(RuntimeError) as on_device, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.ormqr(stored.to(dev), tau.to(dev), other.to(dev))
+    assert str(on_device.value) == str(on_cpu.value)

@@ -305,10 +305,15 @@ STILL_FALLING_BACK: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]
         (torch.randn(3, 7),),
         "aten::median.dim_values",
     ),
-    "lu_factor of a wide matrix": (
+    "lu_factor of 17 columns": (
         lambda a: torch.linalg.lu_factor(a)[0],
-        (torch.randn(3, 5),),
+        (torch.randn(3, 17),),
         "aten::linalg_lu_factor_ex.out",
+    ),
+    "ldl_factor": (
+        lambda a: torch.linalg.ldl_factor(a)[0],
+        (_well_conditioned(5) + _well_conditioned(5).mT,),
+        "aten::linalg_ldl_factor_ex.out",
     ),
 }
 

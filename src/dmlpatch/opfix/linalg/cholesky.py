@@ -17,7 +17,8 @@ check) and dtypes other than float32 and float64 go through the CPU as DirectML'
 would, counted and said as one; ``DMLPATCH_CPU_OPS=aten::linalg_cholesky_ex`` sends all of them
 there. autograd differentiates the factor with PyTorch's own formula (triangular solves,
 :mod:`dmlpatch.opfix.linalg.lu`). ``torch.cholesky_solve`` with such a factor is two
-triangular solves on the device, up to the same width.
+triangular solves on the device, up to the same width, and ``torch.cholesky_inverse`` is one
+triangular inverse and its Gram matrix.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
-from dmlpatch.opfix.linalg.lu import WIDEST_TRIANGLE, first_flagged, triangular
+from dmlpatch.opfix.linalg.lu import WIDEST_TRIANGLE, column_major, first_flagged, triangular
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix factored on the device (one column at a time).
@@ -68,7 +69,7 @@ def _cholesky_ex(
     # The CPU's factor is column-major (LAPACK's layout), and code may depend on strides.
     if not upper:
         lower, info = factor(a)
-        return lower.mT.contiguous().mT, info
+        return column_major(lower), info
     lower, info = factor(a.mT)
     return lower.mT, info
 
@@ -89,7 +90,26 @@ def _cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) -
     return triangular(lower.mT, halfway, upper=True, unitriangular=False)
 
 
+def _cholesky_inverse(factor: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    """``torch.cholesky_inverse`` (``potri``; a ``MultivariateNormal``'s ``precision_matrix``):
+    ``A^-1 = L^-T L^-1`` from the factor, exactly symmetric and column-major as the CPU's."""
+    square = factor.dim() >= 2 and factor.shape[-1] == factor.shape[-2]
+    n = factor.shape[-1] if factor.dim() else 0
+    if factor.dtype not in _FLOATS or not square or not 0 < n <= WIDEST_TRIANGLE:
+        return through_the_cpu(
+            "aten::cholesky_inverse", torch.ops.aten.cholesky_inverse, (factor,), upper=upper
+        )
+    record("fixed", "aten::cholesky_inverse")
+    lower = factor.mT if upper else factor
+    identity = torch.zeros(n, n, dtype=factor.dtype, device=factor.device)
+    identity.diagonal().fill_(1)
+    inverse_factor = triangular(lower, identity.expand_as(lower), upper=False, unitriangular=False)
+    product = (inverse_factor.mT @ inverse_factor).tril()
+    return column_major(product + product.tril(-1).mT)
+
+
 KERNELS = (
     Kernel("linalg_cholesky_ex", _cholesky_ex, "fallback"),
     Kernel("_cholesky_solve_helper", _cholesky_solve_helper, "fallback"),
+    Kernel("cholesky_inverse", _cholesky_inverse, "fallback"),
 )

@@ -44,7 +44,24 @@ _FLOATS = (torch.float32, torch.float64)
 
 
 def _small(a: torch.Tensor) -> bool:
-    return a.dim() >= 2 and a.dtype in _FLOATS and 0 < a.shape[-1] == a.shape[-2] <= LARGEST
+    return _fits(a) and a.shape[-1] == a.shape[-2]
+
+
+def _fits(a: torch.Tensor) -> bool:
+    """A float matrix (or batch) of at most :data:`LARGEST` rows and columns, not empty."""
+    return (
+        a.dim() >= 2
+        and a.dtype in _FLOATS
+        and 0 < min(a.shape[-2:]) <= max(a.shape[-2:]) <= LARGEST
+    )
+
+
+def column_major(m: torch.Tensor) -> torch.Tensor:
+    """``m`` in LAPACK's layout, as the CPU's results are (code may read their strides; a
+    column's are ``(1, rows)``, which ``m.mT.contiguous().mT`` leaves ``(1, 1)``)."""
+    out = m.new_empty(*m.shape[:-2], m.shape[-1], m.shape[-2]).mT
+    out.copy_(m)
+    return out
 
 
 def _swap_rows(m: torch.Tensor, row: int, other: torch.Tensor) -> None:
@@ -57,22 +74,24 @@ def _swap_rows(m: torch.Tensor, row: int, other: torch.Tensor) -> None:
 
 
 def _factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``getrf``: ``(LU, pivots, info)``, pivots and info 1-based as LAPACK's."""
-    n = a.shape[-1]
+    """``getrf`` of ``(..., m, n)``: ``(LU, pivots, info)``, pivots and info 1-based as
+    LAPACK's."""
+    m, n = a.shape[-2], a.shape[-1]
     lu = a.contiguous().clone()
-    pivots = torch.empty(*a.shape[:-1], dtype=torch.int32, device=a.device)
-    for j in range(n):
+    pivots = torch.empty(*a.shape[:-2], min(m, n), dtype=torch.int32, device=a.device)
+    for j in range(min(m, n)):
         pivot_row = lu[..., j:, j].abs().argmax(-1) + j
         pivots[..., j] = pivot_row + 1
         _swap_rows(lu, j, pivot_row)
-        if j + 1 < n:
+        if j + 1 < m:
             pivot = lu[..., j, j]
             # A zero pivot is the column's largest magnitude: the column under it is zero, and
             # LAPACK leaves it unscaled.
             safe = torch.where(pivot == 0, torch.ones_like(pivot), pivot)
             multipliers = lu[..., j + 1 :, j] / safe.unsqueeze(-1)
             lu[..., j + 1 :, j] = multipliers
-            lu[..., j + 1 :, j + 1 :] -= multipliers.unsqueeze(-1) * lu[..., j : j + 1, j + 1 :]
+            if j + 1 < n:
+                lu[..., j + 1 :, j + 1 :] -= multipliers.unsqueeze(-1) * lu[..., j : j + 1, j + 1 :]
     return lu, pivots, first_flagged(lu.diagonal(dim1=-2, dim2=-1) == 0)
 
 
@@ -207,7 +226,7 @@ def _factors_the_transpose() -> bool:
 def _lu_factor_ex(
     a: torch.Tensor, *, pivot: bool = True, check_errors: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if not pivot or check_errors or not _small(a):
+    if not pivot or check_errors or not _fits(a):
         return through_the_cpu(
             "aten::linalg_lu_factor_ex.out",
             torch.ops.aten.linalg_lu_factor_ex,
@@ -232,6 +251,14 @@ def _lu_unpack(
             unpack_pivots=unpack_pivots,
         )
     record("fixed", "aten::lu_unpack.out")
+    return _unpacked(lu, pivots, unpack_data, unpack_pivots)
+
+
+def _unpacked(
+    lu: torch.Tensor, pivots: torch.Tensor, unpack_data: bool, unpack_pivots: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``lu_unpack``: ``(P, L, U)`` from ``getrf``'s factors."""
+    m, n = lu.shape[-2], lu.shape[-1]
     k = min(m, n)
     nothing = lu.new_empty(0)
     lower = upper = permutation = nothing
@@ -248,6 +275,15 @@ def _lu_unpack(
             _swap_rows(rows, j, pivots[..., j].long() - 1)
         permutation = rows.mT
     return permutation, lower, upper
+
+
+def _lu(a: torch.Tensor, *, pivot: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch.linalg.lu``: ``(P, L, U)`` with ``A = P L U``, A's own factors unpacked."""
+    if not pivot or not _fits(a):
+        return through_the_cpu("aten::linalg_lu.out", torch.ops.aten.linalg_lu, (a,), pivot=pivot)
+    record("fixed", "aten::linalg_lu.out")
+    lu, pivots, _ = _factor(a)
+    return _unpacked(lu, pivots, unpack_data=True, unpack_pivots=True)
 
 
 def _det(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -326,6 +362,39 @@ def _solve_triangular(
     return x if left else x.mT
 
 
+def _triangular_solve(
+    b: torch.Tensor,
+    a: torch.Tensor,
+    upper: bool = True,
+    transpose: bool = False,
+    unitriangular: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The deprecated ``torch.triangular_solve`` (still in GPyTorch, Pyro and older geometry
+    code): ``(X, A)`` with ``op(A) X = B``, both broadcast and column-major as the CPU's."""
+    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
+    fits = square and a.dtype in _FLOATS and 0 < a.shape[-1] <= WIDEST_TRIANGLE
+    if not fits or b.dtype != a.dtype or b.dim() < 2 or b.shape[-2] != a.shape[-1]:
+        return through_the_cpu(
+            "aten::triangular_solve.X",
+            torch.ops.aten.triangular_solve,
+            (b, a),
+            upper=upper,
+            transpose=transpose,
+            unitriangular=unitriangular,
+        )
+    record("fixed", "aten::triangular_solve.X")
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    n, k = a.shape[-1], b.shape[-1]
+    coefficient = a.expand(*batch, n, n)
+    solved = triangular(
+        coefficient.mT if transpose else coefficient,
+        b.expand(*batch, n, k),
+        upper != transpose,
+        unitriangular,
+    )
+    return column_major(solved), column_major(coefficient)
+
+
 KERNELS = (
     Kernel("linalg_lu_factor_ex", _lu_factor_ex, "fallback"),
     Kernel("_linalg_det", _det, "fallback"),
@@ -335,4 +404,6 @@ KERNELS = (
     Kernel("linalg_inv_ex", _inv_ex, "fallback"),
     Kernel("_linalg_solve_ex", _solve_ex, "fallback"),
     Kernel("linalg_lu_solve", _lu_solve, "fallback"),
+    Kernel("linalg_lu", _lu, "fallback"),
+    Kernel("triangular_solve", _triangular_solve, "fallback"),
 )
