@@ -82,10 +82,11 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
     covariance = features @ features.mT / 32 + torch.eye(32)
     generator = torch.randn(16, 8, 8) * 0.3
     factor = torch.linalg.cholesky(covariance)
+    indefinite = features + features.mT
     tensors = {
         d: [t.to(d) for t in (mask, x, weight, *mean_rstd, gates, cell, probabilities, targets)]
         + [t.to(d) for t in (betas, rows, value, grid, repeats, audio, cameras, system, rhs)]
-        + [t.to(d) for t in (tall, square, points, covariance, generator, factor)]
+        + [t.to(d) for t in (tall, square, points, covariance, generator, factor, indefinite)]
         for d in (dev, torch.device("cpu"))
     }
 
@@ -159,6 +160,10 @@ def _model_cases(dev: torch.device) -> dict[str, tuple[str, Callable[[torch.devi
         "triangular_solve 32x32": (
             "aten::triangular_solve",
             lambda d: torch.triangular_solve(tensors[d][21], tensors[d][23], upper=False),
+        ),
+        "ldl_factor 32x32": (
+            "aten::linalg_ldl_factor_ex",
+            lambda d: torch.linalg.ldl_factor(tensors[d][24]),
         ),
         "matrix_exp of 16 8x8": (
             "aten::linalg_matrix_exp",

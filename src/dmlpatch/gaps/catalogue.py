@@ -355,10 +355,12 @@ FAILURES: tuple[Failure, ...] = (
         "(Jacobi rotations: values equal to the CPU's, vectors up to their sign, which PyTorch "
         "leaves to the device); dmlpatch.opfix.linalg.exponential: matrix_exp up to 128 "
         "columns; dmlpatch.opfix.linalg.nonsymmetric: eig and eigvals, whose DirectML fallback "
-        "fails on their complex results, through the CPU by dmlpatch; "
+        "fails on their complex results, through the CPU by dmlpatch (as PyTorch's CUDA "
+        "build computes them too: MAGMA's geev runs on the host); "
         "dmlpatch.opfix.linalg.least_squares: lstsq of systems whose full rank is proved (QR, "
-        "up to 64 columns; others are gelsy's to decide); larger matrices, ldl_factor and "
-        "ldl_solve still through the CPU, counted as fallbacks",
+        "up to 64 columns; others are gelsy's to decide); dmlpatch.opfix.linalg.ldl: "
+        "ldl_factor and ldl_solve up to 64 columns (Bunch-Kaufman pivoting, as LAPACK); "
+        "larger matrices still through the CPU, counted as fallbacks",
     ),
     Failure(
         "attention-fast-path",

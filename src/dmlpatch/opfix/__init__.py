@@ -35,6 +35,8 @@ linalg.householder        ``linalg_qr``, ``geqrf``, ``ormqr``, ``linalg_househol
                           up to 64 columns (Householder reflections, as LAPACK)
 linalg.jacobi             ``_linalg_eigh`` and ``_linalg_svd`` up to 64 columns (Jacobi
                           rotations)
+linalg.ldl                ``linalg_ldl_factor_ex``, ``linalg_ldl_solve`` up to 64 columns
+                          (Bunch-Kaufman pivoting, as LAPACK)
 linalg.least_squares      ``linalg_lstsq`` of full-rank systems up to 64 columns (QR)
 linalg.lu                 ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_solve``,
                           ``linalg_lu``, ``linalg_lu_factor_ex``, ``_linalg_det``,
@@ -140,6 +142,7 @@ FAMILIES = (
     "linalg.nonsymmetric",
     "linalg.exponential",
     "linalg.least_squares",
+    "linalg.ldl",
     "complex.spectral",
     "tensors.allocation",
     "layers.attention",

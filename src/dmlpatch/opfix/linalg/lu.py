@@ -64,7 +64,7 @@ def column_major(m: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _swap_rows(m: torch.Tensor, row: int, other: torch.Tensor) -> None:
+def swap_rows(m: torch.Tensor, row: int, other: torch.Tensor) -> None:
     """Swap row ``row`` of each matrix of ``m`` with its row ``other`` (a batch of indices)."""
     index = other.reshape(*other.shape, 1, 1).expand(*other.shape, 1, m.shape[-1])
     theirs = m.gather(-2, index)
@@ -82,7 +82,7 @@ def _factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     for j in range(min(m, n)):
         pivot_row = lu[..., j:, j].abs().argmax(-1) + j
         pivots[..., j] = pivot_row + 1
-        _swap_rows(lu, j, pivot_row)
+        swap_rows(lu, j, pivot_row)
         if j + 1 < m:
             pivot = lu[..., j, j]
             # A zero pivot is the column's largest magnitude: the column under it is zero, and
@@ -114,7 +114,7 @@ def _substitute(
     rows = [slice(i, i + 1) for i in range(n)]
     if not adjoint:
         for j in range(n):
-            _swap_rows(x, j, pivots[..., j].long() - 1)
+            swap_rows(x, j, pivots[..., j].long() - 1)
         for i in range(1, n):  # L y = P b, L unit lower
             x[..., rows[i], :] -= lu[..., rows[i], :i] @ x[..., :i, :]
         for i in range(n - 1, -1, -1):  # U x = y
@@ -128,7 +128,7 @@ def _substitute(
     for i in range(n - 2, -1, -1):  # L^T v = w, L^T unit upper
         x[..., rows[i], :] -= upper_t[..., rows[i], i + 1 :] @ x[..., i + 1 :, :]
     for j in range(n - 1, -1, -1):  # x = P^T v
-        _swap_rows(x, j, pivots[..., j].long() - 1)
+        swap_rows(x, j, pivots[..., j].long() - 1)
     return x
 
 
@@ -272,7 +272,7 @@ def _unpacked(
         rows.diagonal().fill_(1)
         rows = rows.expand(*pivots.shape[:-1], m, m).clone()
         for j in range(pivots.shape[-1]):
-            _swap_rows(rows, j, pivots[..., j].long() - 1)
+            swap_rows(rows, j, pivots[..., j].long() - 1)
         permutation = rows.mT
     return permutation, lower, upper
 

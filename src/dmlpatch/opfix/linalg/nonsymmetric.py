@@ -8,6 +8,9 @@ the device (:mod:`dmlpatch.opfix.tensors.allocation`), so here the decomposition
 CPU and its complex results come back to the device, counted and said as the fallback it is:
 a general eigenproblem is Hessenberg reduction and shifted QR iterations, a chain of scalar
 steps with no composition of whole-matrix kernels that would be faster than the copies.
+PyTorch's CUDA build does the same: MAGMA has no device interface for ``geev``, so
+``linalg_eig`` and ``linalg_eigvals`` copy the matrix to the host there too
+(``aten/src/ATen/native/BatchLinearAlgebra.cpp``).
 """
 
 from __future__ import annotations
