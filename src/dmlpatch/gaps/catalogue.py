@@ -358,9 +358,11 @@ FAILURES: tuple[Failure, ...] = (
         "fails on their complex results, through the CPU by dmlpatch (as PyTorch's CUDA "
         "build computes them too: MAGMA's geev runs on the host); "
         "dmlpatch.opfix.linalg.least_squares: lstsq of systems whose full rank is proved (QR, "
-        "up to 64 columns; others are gelsy's to decide); dmlpatch.opfix.linalg.ldl: "
+        "up to 64 columns, with each driver's rank, residuals and singular values; others are "
+        "the CPU's to decide); dmlpatch.opfix.linalg.ldl: "
         "ldl_factor and ldl_solve up to 64 columns (Bunch-Kaufman pivoting, as LAPACK); "
-        "larger matrices still through the CPU, counted as fallbacks",
+        "an empty batch's empty results made on the device; larger matrices still through the "
+        "CPU, counted as fallbacks",
     ),
     Failure(
         "attention-fast-path",
@@ -400,10 +402,11 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         "vector-products",
-        "torch.linalg.cross / torch.cross and torch.dot (kornia's geometry, every call)",
+        "torch.linalg.cross / torch.cross, torch.dot and torch.vdot (torch.linalg.vecdot of two "
+        "vectors) (kornia's geometry, every call)",
         _fallback("aten::linalg_cross.out"),
         "0.2.5 op list (dot.out only); kornia's test suite",
-        ("aten::linalg_cross", "aten::dot"),
+        ("aten::linalg_cross", "aten::dot", "aten::vdot"),
         "op list",
         "CPU fallback with DirectML's warning",
         "kernel",

@@ -44,7 +44,7 @@ linalg.lu                 ``linalg_inv_ex``, ``_linalg_solve_ex``, ``linalg_lu_s
                           ``triangular_solve`` up to 64 rows
 linalg.nonsymmetric       ``linalg_eig``, ``_linalg_eigvals`` through the CPU (DirectML's own
                           fallback fails on their complex results)
-linalg.products           ``dot``, ``linalg_cross`` (geometry code)
+linalg.products           ``dot``, ``vdot``, ``linalg_cross`` (geometry code)
 optimizers.foreach        ``_foreach_*`` (every optimizer step on torch 2.4.1) as per-tensor
                           operators
 optimizers.fused          ``_fused_adam_``/``_fused_adamw_`` (``Adam``/``AdamW(fused=True)``) as

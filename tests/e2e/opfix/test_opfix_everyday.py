@@ -275,6 +275,27 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (torch.randn(7, 3),),
         "aten::linalg_lu_factor_ex.out",
     ),
+    "linalg.solve from the right, backward": (
+        grads(lambda a, b: torch.linalg.solve(a, b, left=False), wrt=2),
+        (torch.randn(2, 4, 4) + 4 * torch.eye(4), torch.randn(2, 3, 4)),
+        "aten::_linalg_solve_ex.result",
+    ),
+    "linalg.lu_solve from the right": (
+        lambda lu, pivots, b: torch.linalg.lu_solve(lu, pivots, b, left=False, adjoint=True),
+        (*torch.linalg.lu_factor(torch.randn(2, 5, 5) + 5 * torch.eye(5)), torch.randn(2, 3, 5)),
+        "aten::linalg_lu_solve.out",
+    ),
+    "linalg.vecdot of two vectors": (
+        torch.linalg.vecdot,
+        (torch.randn(7), torch.randn(7)),
+        "aten::vdot",
+    ),
+    "svd of an empty batch (no detections)": (
+        torch.linalg.svd,
+        (torch.randn(0, 4, 3),),
+        "aten::_linalg_svd.U",
+    ),
+    "qr of an empty batch": (torch.linalg.qr, (torch.randn(0, 3, 3),), "aten::linalg_qr.out"),
     "binary_cross_entropy saturated": (
         lambda x, t: F.binary_cross_entropy(x, t, reduction="none"),
         (torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0])),

@@ -99,3 +99,47 @@ def test_a_shape_torch_refuses_gets_torch_s_error(dev: torch.device) -> None:
         warnings.simplefilter("ignore")
         torch.linalg.lstsq(a.to(dev), b.to(dev))
     assert str(on_device.value) == str(on_cpu.value)
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsd", "gelss"])
+@pytest.mark.parametrize(
+    "a_shape, b_shape", [((6, 3), (6, 2)), ((2, 6, 3), (2, 6)), ((3, 6), (3, 2)), ((4, 4), (4, 1))]
+)
+def test_the_other_drivers_return_what_they_return_on_the_cpu(
+    dev: torch.device, a_shape: tuple[int, ...], b_shape: tuple[int, ...], driver: str
+) -> None:
+    # gels (CUDA's driver): an empty rank, the residuals of a tall system; gelsd and gelss:
+    # the rank, the singular values, the residuals where every matrix is of full rank.
+    torch.manual_seed(len(a_shape) + b_shape[-1])
+    a = torch.randn(*a_shape, dtype=torch.float64) + 2 * torch.eye(*a_shape[-2:])
+    b = torch.randn(*b_shape, dtype=torch.float64)
+    expected = torch.linalg.lstsq(a, b, driver=driver)
+    sim.reset_counters()
+    got = torch.linalg.lstsq(a.to(dev), b.to(dev), driver=driver)
+    counters = sim.counters()["ops"]
+    assert counters["fallback"] == {} and counters["fixed"]["aten::linalg_lstsq.out"] == 1
+    for name in ("solution", "residuals", "rank", "singular_values"):
+        assert close(getattr(got, name), getattr(expected, name)), name
+
+
+@pytest.mark.parametrize("driver", ["gels", "gelsd"])
+def test_a_rank_deficient_system_under_another_driver_is_the_cpu_s(
+    dev: torch.device, driver: str
+) -> None:
+    torch.manual_seed(3)
+    a = torch.randn(6, 3, dtype=torch.float64)
+    a[:, 2] = a[:, 1]
+    b = torch.randn(6, 2, dtype=torch.float64)
+    sim.reset_counters()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = torch.linalg.lstsq(a, b, driver=driver)
+        except RuntimeError as refused:  # gels on torch 2.14: "does not have full rank"
+            with pytest.raises(type(refused), match="does not have full rank"):
+                torch.linalg.lstsq(a.to(dev), b.to(dev), driver=driver)
+        else:
+            got = torch.linalg.lstsq(a.to(dev), b.to(dev), driver=driver)
+            for name in ("solution", "residuals", "rank", "singular_values"):
+                assert close(getattr(got, name), getattr(expected, name)), name
+            assert sim.counters()["ops"]["fallback"] == {"aten::linalg_lstsq.out": 1}

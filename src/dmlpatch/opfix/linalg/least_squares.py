@@ -7,12 +7,16 @@ the minimum-norm solution. For a matrix of full rank that solution is unique, an
 computed on the device: ``A = Q R`` (:mod:`dmlpatch.opfix.linalg.householder`) and
 ``x = R^-1 Q^T b`` for a tall A; ``A^T = Q R`` and ``x = Q R^-T b`` (the minimum norm) for a
 wide one. ``rank`` is ``min(m, n)``, and ``residuals`` and ``singular_values`` are empty, as
-``gelsy`` returns them.
+``gelsy`` returns them. The other drivers' solution of a full-rank system is the same; what
+they return beside it is theirs: ``gels`` (CUDA's driver, which reads no ``rcond``) an empty
+rank and the residuals of a tall system, ``gelsd`` and ``gelss`` the singular values (the
+device's SVD, :mod:`dmlpatch.opfix.linalg.jacobi`), whose ratio to the largest proves the
+rank, and the residuals.
 
 Full rank is proved, not assumed: ``||R||_F ||R^-1||_F`` bounds the condition number from
 above, and only where it is a hundred times below ``1 / rcond`` (gelsy's estimate can only be
 lower) does the device answer; that bound is the one value read back per call. A
-rank-deficient or ill-conditioned system, another driver, broadcast batches, complex and
+rank-deficient or ill-conditioned system, broadcast batches, complex and
 half dtypes and matrices of more than :data:`WIDEST` columns go through the CPU, as DirectML's
 fallback would, counted and said as one.
 """
@@ -33,6 +37,8 @@ WIDEST = householder.WIDEST
 #: How far below ``1 / rcond`` the condition bound must be for the rank to be surely full.
 MARGIN = 100.0
 _FLOATS = (torch.float32, torch.float64)
+#: The drivers served: ``gelsy`` (the CPU's default), ``gels`` (CUDA's), ``gelsd``, ``gelss``.
+_DRIVERS = (None, "gelsy", "gels", "gelsd", "gelss")
 
 Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -64,33 +70,67 @@ def _condition_bound(r: torch.Tensor) -> torch.Tensor:
 
 def solve(a: torch.Tensor, b: torch.Tensor, rcond: float) -> Optional[torch.Tensor]:
     """The least-squares solution of full-rank ``a``, or None where full rank is not proved."""
+    return _solution(a, b, proof=rcond)
+
+
+def _solution(a: torch.Tensor, b: torch.Tensor, proof: Optional[float]) -> Optional[torch.Tensor]:
+    """``R^-1 Q^T b`` (``Q R^-T b`` for a wide ``a``); with ``proof``, None unless the
+    condition bound shows the rank full against that ``rcond``."""
     m, n = a.shape[-2], a.shape[-1]
     tall = m >= n
     q, r = householder.factor(a if tall else a.mT, "reduced")
-    if float(_condition_bound(r).amax()) * rcond * MARGIN >= 1.0:
+    if proof is not None and float(_condition_bound(r).amax()) * proof * MARGIN >= 1.0:
         return None
     if tall:
         return lu.triangular(r, q.mT @ b, upper=True, unitriangular=False)
     return q @ lu.triangular(r.mT, b, upper=False, unitriangular=False)
 
 
+def _by_driver(
+    a: torch.Tensor, b: torch.Tensor, rcond: Optional[float], driver: Optional[str]
+) -> Optional[Result]:
+    """What ``driver`` returns for a system of full rank, or None where that is not proved."""
+    m, n = a.shape[-2], a.shape[-1]
+    default = torch.finfo(a.dtype).eps * max(m, n)
+    threshold = rcond if rcond is not None else default
+    nothing = a.new_empty(0)
+    if driver in ("gelsd", "gelss"):
+        if threshold <= 0:
+            return None
+        # Their rank counts the singular values above rcond times the largest: those values
+        # are computed here anyway (they are returned), so they prove the rank themselves.
+        values = torch.linalg.svdvals(a)
+        if not float((values[..., -1] / values[..., 0]).amin()) >= threshold * MARGIN:
+            return None
+        solution = _solution(a, b, proof=None)
+        rank = torch.full(a.shape[:-2], min(m, n), dtype=torch.int64, device=a.device)
+    elif driver == "gels":  # LAPACK's QR, which takes the rank as full: rcond is not read
+        solution = _solution(a, b, proof=default)
+        rank, values = torch.empty(0, dtype=torch.int64, device=a.device), nothing
+    else:
+        solution = _solution(a, b, proof=threshold) if threshold > 0 else None
+        rank = torch.full(a.shape[:-2], min(m, n), dtype=torch.int64, device=a.device)
+        values = nothing
+    if solution is None:
+        return None
+    residuals = nothing
+    if m > n and driver in ("gels", "gelsd", "gelss"):
+        residuals = (a @ solution - b).square().sum(-2)
+    return solution, residuals, rank, values
+
+
 def _lstsq(
     a: torch.Tensor, b: torch.Tensor, rcond: Optional[float] = None, *, driver: Optional[str] = None
 ) -> Result:
-    matrices = _shaped_for_the_device(a, b) if driver in (None, "gelsy") else None
-    if matrices is not None:
-        m, n = a.shape[-2], a.shape[-1]
-        threshold = rcond if rcond is not None else torch.finfo(a.dtype).eps * max(m, n)
-        solution = solve(a, matrices, threshold) if threshold > 0 else None
-        if solution is not None:
-            record("fixed", "aten::linalg_lstsq.out")
-            if matrices is not b:
-                solution = solution.squeeze(-1)
-            rank = torch.full(a.shape[:-2], min(m, n), dtype=torch.int64, device=a.device)
-            return solution, a.new_empty(0), rank, a.new_empty(0)
-    return through_the_cpu(
-        "aten::linalg_lstsq.out", torch.ops.aten.linalg_lstsq, (a, b, rcond), driver=driver
-    )
+    matrices = _shaped_for_the_device(a, b) if driver in _DRIVERS else None
+    answer = _by_driver(a, matrices, rcond, driver) if matrices is not None else None
+    if answer is None:
+        return through_the_cpu(
+            "aten::linalg_lstsq.out", torch.ops.aten.linalg_lstsq, (a, b, rcond), driver=driver
+        )
+    record("fixed", "aten::linalg_lstsq.out")
+    solution, residuals, rank, values = answer
+    return (solution if matrices is b else solution.squeeze(-1)), residuals, rank, values
 
 
 KERNELS = (Kernel("linalg_lstsq", _lstsq, "fallback"),)

@@ -19,8 +19,9 @@ The trade: a fixed call launches about three small kernels per row (``benchmarks
 on the simulator, whose kernels are the CPU's, 64 4x4 inverses take longer fixed than through
 the fallback); the fallback makes two copies and drains the GPU's queue. Only systems up to
 :data:`LARGEST` rows are fixed; larger ones go through the CPU as DirectML's fallback would
-(counted as fallbacks), as do ``left=False``, ``check_errors=True`` and dtypes other than
-float32 and float64; ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all
+(counted as fallbacks), as do ``check_errors=True`` and dtypes other than
+float32 and float64 (``left=False``, ``X A = B``, is ``A^T X^T = B^T``: the other
+substitution, on ``B^T``); ``DMLPATCH_CPU_OPS=aten::linalg_inv_ex,aten::_linalg_solve_ex`` sends all
 of them there. ``slogdet`` is ``det``'s factorisation, summed as logarithms; triangular solves
 (no factorisation, a few kernels per row) are served up to :data:`WIDEST_TRIANGLE` rows.
 The other decompositions have modules of their own in this package.
@@ -132,12 +133,6 @@ def _substitute(
     return x
 
 
-def _solve(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """``(X, LU, pivots, info)`` for ``A X = B`` with B a batch of matrices; LU is A's."""
-    lu, pivots, info = _factor(a)
-    return _substitute_broadcast(lu, pivots, b), lu, pivots, info
-
-
 def _substitute_broadcast(
     lu: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, adjoint: bool = False
 ) -> torch.Tensor:
@@ -157,7 +152,8 @@ def _lu_solve(
     left: bool = True,
     adjoint: bool = False,
 ) -> torch.Tensor:
-    if not left or not _small(lu) or b.dtype != lu.dtype or b.dim() < 2:
+    fits = _small(lu) and b.dtype == lu.dtype and b.dim() >= 2
+    if not fits or b.shape[-2 if left else -1] != lu.shape[-1]:
         return through_the_cpu(
             "aten::linalg_lu_solve.out",
             torch.ops.aten.linalg_lu_solve,
@@ -166,6 +162,8 @@ def _lu_solve(
             adjoint=adjoint,
         )
     record("fixed", "aten::linalg_lu_solve.out")
+    if not left:  # X A = B is A^T X^T = B^T: the other substitution, on B^T
+        return _substitute_broadcast(lu, pivots, b.mT, not adjoint).mT
     return _substitute_broadcast(lu, pivots, b, adjoint)
 
 
@@ -181,14 +179,26 @@ def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> tuple[torch.Tenso
     n = a.shape[-1]
     identity = torch.zeros(n, n, dtype=a.dtype, device=a.device)
     identity.diagonal().fill_(1)
-    x, _, _, info = _solve(a, identity)
-    return x, info
+    lu, pivots, info = _factor(a)
+    return _substitute_broadcast(lu, pivots, identity), info
 
 
 def _solve_ex(
     a: torch.Tensor, b: torch.Tensor, *, left: bool = True, check_errors: bool = False
 ) -> tuple[torch.Tensor, ...]:
-    if check_errors or not left or not _small(a) or b.dtype != a.dtype:
+    # PyTorch's rule: B is a batch of vectors when it has one dimension fewer than A.
+    vectors = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
+    fits = _small(a) and b.dtype == a.dtype and (vectors or b.dim() >= 2)
+    if check_errors or not fits or (vectors and not left):
+        return through_the_cpu(
+            "aten::_linalg_solve_ex.result",
+            torch.ops.aten._linalg_solve_ex,
+            (a, b),
+            left=left,
+            check_errors=check_errors,
+        )
+    matrices = b.unsqueeze(-1) if vectors else b
+    if matrices.shape[-2 if left else -1] != a.shape[-1]:
         return through_the_cpu(
             "aten::_linalg_solve_ex.result",
             torch.ops.aten._linalg_solve_ex,
@@ -197,16 +207,14 @@ def _solve_ex(
             check_errors=check_errors,
         )
     record("fixed", "aten::_linalg_solve_ex.result")
-    # PyTorch's rule: B is a batch of vectors when it has one dimension fewer than A.
-    vectors = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
-    matrices = b.unsqueeze(-1) if vectors else b
-    if a.is_contiguous() and _factors_the_transpose():
-        # torch 2.4 factors a row-major A as A^T and solves with the adjoint; its backward
-        # reads LU that way, so the factors returned must be A^T's.
-        lu, pivots, info = _factor(a.mT)
-        x = _substitute_broadcast(lu, pivots, matrices, adjoint=True)
-    else:
-        x, lu, pivots, info = _solve(a, matrices)
+    # torch 2.4 factors a row-major A as A^T and solves with the adjoint; its backward reads
+    # LU that way, so the factors returned must be A^T's.
+    transposed = a.is_contiguous() and _factors_the_transpose()
+    lu, pivots, info = _factor(a.mT if transposed else a)
+    if left:
+        x = _substitute_broadcast(lu, pivots, matrices, adjoint=transposed)
+    else:  # X A = B is A^T X^T = B^T
+        x = _substitute_broadcast(lu, pivots, matrices.mT, adjoint=not transposed).mT
     return (x.squeeze(-1) if vectors else x), lu, pivots, info
 
 

@@ -1,4 +1,5 @@
-"""``dot`` and ``linalg_cross``, which torch-directml 0.2.5 runs on the CPU, on the device.
+"""``dot``, ``vdot`` and ``linalg_cross``, which torch-directml 0.2.5 runs on the CPU, on
+the device.
 
 Geometry code (kornia's conversions, epipolar geometry, camera models) takes cross products of
 3-vectors and dot products in every call; DirectML registers ``dot.out`` but not ``dot``
@@ -7,6 +8,7 @@ itself, and no cross product, so each call copies its operands to the host and b
 =========== ======================================================================================
 dot         a ``(1, n) @ (n, 1)`` matrix product for floats (BLAS's dot, as the CPU's), the sum of
             the products for integers; the CPU's checks and messages
+vdot        ``dot`` for real vectors (``torch.linalg.vecdot`` of two vectors calls it)
 linalg_cross ``a[i+1] * b[i+2] - a[i+2] * b[i+1]`` along ``dim`` after broadcasting (the CPU
             kernel's formula), in its three forms; ``torch.cross`` calls it
 =========== ======================================================================================
@@ -18,9 +20,25 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, into
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 
 def _dot(self: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    _check_vectors(self, tensor)
+    record("fixed", "aten::dot")
+    return _product(self, tensor)
+
+
+def _vdot(self: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    if self.is_complex() or tensor.is_complex():  # the conjugate's: vdot's reason to exist
+        return through_the_cpu("aten::vdot", torch.ops.aten.vdot, (self, tensor))
+    _check_vectors(self, tensor)
+    record("fixed", "aten::vdot")
+    return _product(self, tensor)
+
+
+def _check_vectors(self: torch.Tensor, tensor: torch.Tensor) -> None:
+    """The CPU's checks and messages (vdot's are dot's)."""
     if self.dim() != 1 or tensor.dim() != 1:
         raise RuntimeError(
             f"1D tensors expected, but got {self.dim()}D and {tensor.dim()}D tensors"
@@ -36,7 +54,9 @@ def _dot(self: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
             f"[{tensor.numel()}] to have the same number of elements, but got {self.numel()} "
             f"and {tensor.numel()} elements respectively"
         )
-    record("fixed", "aten::dot")
+
+
+def _product(self: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
     if self.is_floating_point():
         # Not through dot.out: where that is PyTorch's out= wrapper around dot (the simulator's
         # CPU kernel), it would call this kernel again.
@@ -91,6 +111,7 @@ def _linalg_cross(self: torch.Tensor, other: torch.Tensor, *, dim: int = -1) -> 
 
 KERNELS = (
     Kernel("dot", _dot, "fallback"),
+    Kernel("vdot", _vdot, "fallback"),
     Kernel("linalg_cross.out", _linalg_cross_out, "fallback"),
     Kernel("linalg_cross", _linalg_cross, "fallback"),
 )
