@@ -169,7 +169,9 @@ def cpu_kernel(
 ) -> Callable[..., Any]:
     """A PrivateUse1 kernel running ``op`` (or its CPU twin) on CPU copies of its arguments;
     with ``upcast_half``, float16 arguments are computed in float32 there and floating
-    results come back as float16 (for CPU kernels that have no float16). ``reported``: the
+    results come back as float16 where the CPU kernel has no float16 (it varies between torch
+    releases: the first refusal decides, and the CPU's own float16 kernel runs where it has
+    one). ``reported``: the
     name it is counted and announced under (DirectML names a structured operator's ``.out``
     kernel), by default the overload's."""
     schema = op._schema
@@ -201,7 +203,7 @@ def cpu_kernel(
                 nbytes += _nbytes(value)
                 _made_one("d2h", _nbytes(value))
                 host = value.cpu()
-                if upcast_half and value.dtype is torch.float16:
+                if widen and value.dtype is torch.float16:
                     upcast.append(True)
                     host = host.float()
                 on_cpu[id(value)] = host
@@ -211,9 +213,20 @@ def cpu_kernel(
                 return torch.device("cpu")
             return value
 
+        widen = upcast_half and name in _NO_CPU_HALF
         cpu_args = tree_map(to_cpu, args)
         cpu_kwargs = tree_map(to_cpu, kwargs)
-        result = on_the_cpu(*cpu_args, **cpu_kwargs)
+        try:
+            result = on_the_cpu(*cpu_args, **cpu_kwargs)
+        except RuntimeError as error:
+            # The CPU's own float16 kernel where this torch has one (its rounding is the
+            # CPU's); float32 where it has none, learnt from the first refusal.
+            if not upcast_half or widen or "not implemented for 'Half'" not in str(error):
+                raise
+            _NO_CPU_HALF.add(name)
+            upcast.append(True)
+            cpu_args, cpu_kwargs = tree_map(_widened, (cpu_args, cpu_kwargs))
+            result = on_the_cpu(*cpu_args, **cpu_kwargs)
         target = device[0] if device else torch.device("privateuseone", 0)
         originals: dict[int, torch.Tensor] = {}
         for i in written:
@@ -250,6 +263,16 @@ def cpu_kernel(
         return moved
 
     return kernel
+
+
+#: The operators (by reported name) whose CPU kernel refused float16 in this process.
+_NO_CPU_HALF: set[str] = set()
+
+
+def _widened(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dtype is torch.float16:
+        return value.float()
+    return value
 
 
 def _runs_on_the_cpu(name: str, twins: bool = True) -> bool:

@@ -215,6 +215,16 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         (torch.tensor([0.0, 1e-7, 0.5, 1.0]),),
         "aten::logit",
     ),
+    "logit with bounds crossed (eps above one half, from PyTorch's samples)": (
+        lambda x: torch.logit(x, eps=0.6),
+        (torch.tensor([-1.0, 0.0, 0.3, 0.5, 0.7, 1.0, 2.0, float("nan")]),),
+        "aten::logit",
+    ),
+    "logit of integers and bools (in the default dtype)": (
+        lambda i, b: torch.cat([torch.logit(i), torch.logit(b, eps=0.1)]),
+        (torch.tensor([0, 1, 2]), torch.tensor([True, False])),
+        "aten::logit",
+    ),
     "logit backward": (
         grads(lambda x: torch.logit(x, eps=1e-3)),
         (torch.tensor([0.0005, 0.2, 0.5, 0.7, 0.9995]),),

@@ -63,6 +63,11 @@ CASES = {
         (torch.full((5,), float("nan")), torch.randn(5, 7), torch.randn(7)),
         "aten::addmv.out",
     ),
+    "addmv of integers with fractional scalars (PyTorch's samples: they truncate to 0 and 2)": (
+        lambda s, m, v: torch.addmv(s, m, v, beta=0.2, alpha=2.6),
+        (torch.randint(-5, 5, (5,)), torch.randint(-5, 5, (5, 7)), torch.randint(-5, 5, (7,))),
+        "aten::addmv.out",
+    ),
     "bincount": (
         lambda i: torch.bincount(i, minlength=12),
         (torch.tensor([0, 3, 3, 1, 7, 7, 7]),),

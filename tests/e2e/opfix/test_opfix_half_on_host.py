@@ -63,3 +63,16 @@ def test_float32_calls_are_directmls_fallback(dev: torch.device) -> None:
     got = F.interpolate(x.to(dev), size=(5, 5), mode="bilinear", antialias=True)
     assert got.dtype == torch.float32
     assert torch.equal(got.cpu(), F.interpolate(x, size=(5, 5), mode="bilinear", antialias=True))
+
+
+def test_where_the_cpu_has_float16_its_own_kernel_runs(dev: torch.device) -> None:
+    # histc has a float16 CPU kernel on torch 2.4.1 and 2.14.1, whose bins differ from
+    # float32's at their edges (PyTorch's own samples found it): the device's equal the CPU's.
+    torch.manual_seed(66)
+    x = (torch.rand(20) * 20 - 10).half()
+    expected = torch.histc(x, 7, -10, 10)
+    assert not torch.equal(expected, torch.histc(x.float(), 7, -10, 10).half())
+    sim.reset_counters()
+    got = torch.histc(x.to(dev), 7, -10, 10)
+    assert got.dtype == torch.float16 and torch.equal(got.cpu(), expected)
+    assert sim.counters()["ops"]["fallback"] == {"aten::histc": 1}

@@ -39,7 +39,14 @@ _BCE_EPSILON = 1e-12
 
 def _logit(self: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:
     record("fixed", "aten::logit")
-    z = self if eps is None else self.clamp(eps, 1 - eps)
+    if not self.is_floating_point():  # integers and bools, as the CPU: in the default dtype
+        self = self.to(torch.get_default_dtype())
+    if eps is None:
+        z = self
+    elif eps <= 0.5:
+        z = self.clamp(eps, 1 - eps)
+    else:  # bounds crossed: the CPU kernel tests the lower first, where clamp keeps the upper
+        z = torch.where(self < eps, eps, torch.where(self > 1 - eps, 1 - eps, self))
     return torch.log(z / (1 - z))
 
 

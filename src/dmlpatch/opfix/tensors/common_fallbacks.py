@@ -92,6 +92,11 @@ def _addmv_out(
     out: torch.Tensor,
 ) -> torch.Tensor:
     record("fixed", "aten::addmv.out")
+    if not (out.is_floating_point() or out.is_complex()):
+        # The CPU converts the scalars to the integral dtype first (0.6 is 0), as C++ casts.
+        alpha, beta = (
+            (bool(alpha), bool(beta)) if out.dtype is torch.bool else (int(alpha), int(beta))
+        )
     product = torch.mm(mat, vec.unsqueeze(1)).squeeze(1)
     if alpha != 1:
         product = product * alpha
