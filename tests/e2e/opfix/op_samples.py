@@ -3,7 +3,9 @@ test_linalg run on every device), each called on the CPU and on the simulated Di
 with dmlpatch's fixes; prints one JSON report.
 
 ``python op_samples.py linalg`` runs the linear-algebra operators in float32 and float64;
-``python op_samples.py all DTYPE...`` every other operator in the dtypes named. Run in a
+``python op_samples.py all DTYPE...`` every other operator in the dtypes named;
+``python op_samples.py gradients DTYPE...`` the gradients of every differentiable operator
+(eight samples each). Run in a
 subprocess by the tests: importing PyTorch's test internals freezes ``torch.backends`` flags
 for the rest of the process.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
@@ -65,6 +67,10 @@ def _equal(name: str, expected: Any, got: Any) -> bool:
     if len(wanted) != len(found):
         return False
     for index, (a, b) in enumerate(zip(wanted, found)):
+        if a is None or b is None:  # an input autograd gave no gradient
+            if (a is None) != (b is None):
+                return False
+            continue
         if not isinstance(a, torch.Tensor):
             if a != b:
                 return False
@@ -119,6 +125,60 @@ def _as_accurate(op: Any, arguments: Any, options: Any, expected: Any, got: Any)
     return True
 
 
+#: Not compared by their gradients: random draws (the two runs draw different numbers), the
+#: forward differences the test lists, and vectors whose sign is the device's to choose.
+NOT_FOR_GRADIENTS = (
+    "rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
+    "geometric", "cauchy", "log_normal", "rrelu", "empty", "as_strided", "tensor_split",
+    "sparse", "bfloat16", "svd", "eig", "lowrank", "pinv", "norm", "cond", "matrix_rank",
+)  # fmt: skip
+
+
+def _forward(op: Any, sample: Any, place: Callable[[Any], Any]) -> Any:
+    arguments = tree_map(place, (sample.input, *sample.args))
+    return op.op(*arguments, **tree_map(place, sample.kwargs))
+
+
+def _gradients(op: Any, sample: Any, place: Callable[[Any], Any]) -> list[Any]:
+    """The gradients of a fixed weighting of the outputs, for each input that takes one."""
+    leaves: list[torch.Tensor] = []
+
+    def leaf(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        moved: torch.Tensor = place(value.detach())
+        if value.requires_grad:
+            moved.requires_grad_()
+            leaves.append(moved)
+        return moved
+
+    arguments = tree_map(leaf, (sample.input, *sample.args))
+    results = op.op(*arguments, **tree_map(leaf, sample.kwargs))
+    outputs = [
+        o
+        for o in tree_flatten(results)[0]
+        if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()
+    ]
+    if not outputs or not leaves:
+        return []
+    weighted = [
+        (o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype, device=o.device).reshape(o.shape))
+        for o in outputs
+    ]
+    total = torch.stack([w.sum() for w in weighted]).sum()
+    return list(torch.autograd.grad(total, leaves, allow_unused=True))
+
+
+def _samples(op: Any, family: str, dtype: torch.dtype) -> list[Any]:
+    if family != "gradients":
+        return list(op.sample_inputs("cpu", dtype))
+    if not op.supports_autograd or any(word in op.name for word in NOT_FOR_GRADIENTS):
+        return []
+    if dtype not in op.supported_backward_dtypes("cpu"):
+        return []
+    return list(op.sample_inputs("cpu", dtype, requires_grad=True))[:8]
+
+
 def main(family: str, dtypes: list[torch.dtype]) -> None:
     warnings.simplefilter("ignore")
     from torch.testing._internal.common_methods_invocations import op_db
@@ -126,32 +186,36 @@ def main(family: str, dtypes: list[torch.dtype]) -> None:
     sim.load(PROFILE)
     opfix.install("sim", PROFILE)
     device = sim.device(0)
+    call = _gradients if family == "gradients" else _forward
 
     def moved(value: Any) -> Any:
         return value.to(device) if isinstance(value, torch.Tensor) else value
+
+    def kept(value: Any) -> Any:
+        return value
 
     compared = 0
     differences: list[dict[str, Any]] = []
     fallbacks: list[dict[str, Any]] = []
     operators = []
     for op in op_db:
-        if _linear_algebra(op.name) != (family == "linalg"):
+        if family != "gradients" and _linear_algebra(op.name) != (family == "linalg"):
             continue
         operators.append(op.name)
         for dtype in dtypes:
             if dtype not in op.supported_dtypes("cpu"):
                 continue
-            for sample in op.sample_inputs("cpu", dtype):
+            for sample in _samples(op, family, dtype):
                 arguments = (sample.input, *sample.args)
                 case = {"op": op.name, "dtype": str(dtype), "shapes": _shapes(arguments)}
                 case["options"] = repr(sample.kwargs)
                 try:
-                    expected: Any = op.op(*arguments, **sample.kwargs)
+                    expected: Any = call(op, sample, kept)
                 except Exception as error:  # the device must raise it too
                     expected = error
                 sim.reset_counters()
                 try:
-                    got: Any = op.op(*tree_map(moved, arguments), **tree_map(moved, sample.kwargs))
+                    got: Any = call(op, sample, moved)
                 except Exception as error:
                     got = error
                 went = sorted(sim.counters()["ops"]["fallback"])
@@ -163,7 +227,7 @@ def main(family: str, dtypes: list[torch.dtype]) -> None:
                 else:
                     try:
                         same = _equal(op.name, expected, got)
-                        if not same and dtype is torch.float16:
+                        if not same and dtype is torch.float16 and call is _forward:
                             same = _as_accurate(op, arguments, sample.kwargs, expected, got)
                     except Exception as error:  # results of another kind altogether
                         same, got = False, error

@@ -85,7 +85,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
                 lambda x, g, mode=mode, padding=padding, align=align: F.grid_sample(
                     x, g, mode=mode, padding_mode=padding, align_corners=align
                 ),
-                wrt=2 if mode == "bilinear" else 1,
+                wrt=2,  # nearest's grid gradient too: the CPU's zeros, not None
             ),
             (torch.randn(2, 3, 7, 9), torch.rand(2, 4, 5, 2) * 2.4 - 1.2),
             "aten::grid_sampler_2d",
@@ -106,6 +106,21 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], str]] = {
         for padding in ("zeros", "border")
         for nan, inf in [(float("nan"), float("inf"))]
     },
+    "grid_sample nearest with NaN and infinite coordinates, backward": (
+        grads(lambda x, g: F.grid_sample(x, g, mode="nearest"), wrt=2),
+        (
+            torch.arange(25.0).reshape(1, 1, 5, 5),
+            torch.tensor(
+                [[[[float("nan"), 0.0], [0.0, float("inf")]], [[-1.5, 0.2], [0.3, -0.2]]]]
+            ),
+        ),
+        "aten::grid_sampler_2d",
+    ),
+    "unfold of a 0-d tensor, backward": (
+        grads(lambda x: x.unfold(0, 1, 1)),
+        (torch.tensor(2.5),),
+        "aten::unfold_backward",
+    ),
     "repeat_interleave": (
         lambda x, r: torch.repeat_interleave(x, r, dim=0),
         (torch.randn(5, 2), torch.tensor([1, 0, 3, 2, 0])),

@@ -1,9 +1,9 @@
 """PyTorch's own sample inputs for its operators (its OpInfo database: the samples its
 test_ops and test_linalg run on each device), called on the simulated DirectML device with
-dmlpatch's fixes and on the CPU, sample for sample: about 70,000 calls of some 700 operators.
-The results (or the errors) are the CPU's but for the differences listed here, each with its
-reason; for linear algebra, the only calls that still go through the CPU are the ones the
-catalogue names.
+dmlpatch's fixes and on the CPU, sample for sample: about 70,000 calls of some 700 operators,
+and the gradients of 5,000 more. The results (or the errors) are the CPU's but for the
+differences listed here, each with its reason; for linear algebra, the only calls that still
+go through the CPU are the ones the catalogue names.
 
 PyTorch's test internals freeze ``torch.backends`` flags in the process that imports them, so
 the samples run in a subprocess (``op_samples.py``), which reports as JSON.
@@ -127,3 +127,17 @@ def test_the_only_calls_through_the_cpu_are_the_catalogued_ones(report: dict[str
     assert not unexplained, json.dumps(unexplained[:10], indent=1)
     on_the_host = {case["op"] for case in report["fallbacks"]} & ON_THE_HOST
     assert on_the_host == ON_THE_HOST  # counted as the fallbacks they are
+
+
+@pytest.fixture(scope="module")
+def gradients() -> dict[str, Any]:
+    """The gradients of every differentiable operator, float32 and float64."""
+    return _report("gradients", "float32", "float64")
+
+
+def test_every_gradient_equals_the_cpu_s(gradients: dict[str, Any]) -> None:
+    # Random draws, the forward differences above and sign-free vectors are left out
+    # (op_samples.NOT_FOR_GRADIENTS); 0-d unfold and nearest grid_sample's grid were found here.
+    assert gradients["compared"] > 4000
+    differences = gradients["differences"]
+    assert not differences, json.dumps(differences[:10], indent=1)

@@ -83,6 +83,14 @@ def test_autograd_no_grad_and_parameters(dev: torch.device) -> None:
     assert torch.allclose(p.grad.cpu(), 2 * p.detach().cpu())
 
 
+def test_a_cpu_zero_tensor_comes_back_as_zeros(dev: torch.device) -> None:
+    # sgn's gradient of a real tensor is _efficientzerotensor, whose CPU kernel (run by the
+    # fallback) has no memory behind it; reading it used to crash the process.
+    x = torch.randn(5, device=dev, requires_grad=True)
+    (gradient,) = torch.autograd.grad(torch.sgn(x).sum(), x)
+    assert gradient.device == dev and torch.equal(gradient.cpu(), torch.zeros(5))
+
+
 def test_save_load_round_trips(dev: torch.device) -> None:
     model = torch.nn.Linear(3, 2).to(dev)
     buf = io.BytesIO()

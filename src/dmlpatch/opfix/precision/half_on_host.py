@@ -9,9 +9,9 @@ computed in float32 on the CPU and the results brought back as float16 (counted 
 fallbacks, as DirectML's are), where the CPU kernel refuses float16; the list differs between
 torch releases (2.14 has float16 ``histc`` and ``grid_sampler_3d``), so each operator tries
 the CPU's own float16 kernel first, whose rounding is the CPU's, and the first refusal sends
-it to float32 for the rest of the process. Calls without float16 arguments behave as DirectML's fallback.
-Only operators that fall back (not native on the profile) and that no other fix serves are
-taken.
+it to float32 for the rest of the process. Calls without float16 arguments behave as
+DirectML's fallback. Only operators that fall back (not native on the profile) and that no
+other fix serves are taken.
 """
 
 from __future__ import annotations

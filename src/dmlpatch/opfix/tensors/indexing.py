@@ -113,11 +113,13 @@ def _unfold_backward(
     grad_in: torch.Tensor, input_sizes: list[int], dim: int, size: int, step: int
 ) -> torch.Tensor:
     record("fixed", "aten::unfold_backward")
-    dim = dim % max(len(input_sizes), 1)
+    if not input_sizes:  # a 0-d tensor's one window of one value
+        return grad_in.reshape(())
+    dim = dim % len(input_sizes)
     length = input_sizes[dim]
-    windows = grad_in.shape[dim] if grad_in.dim() > 1 else grad_in.shape[0]
+    windows = grad_in.shape[dim]
     # [..., windows, size]: the windows along the second-last dimension, their positions last.
-    grads = grad_in.movedim(dim, -2) if len(input_sizes) > 0 else grad_in
+    grads = grad_in.movedim(dim, -2)
     lead = grads.shape[:-2]
     out = grads.new_zeros(*lead, length)
     if size % step == 0:

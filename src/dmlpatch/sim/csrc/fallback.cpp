@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <ATen/ops/zeros.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/SmallVector.h>
 
@@ -251,7 +252,9 @@ struct Call {
     }
     const c10::DeviceIndex target = index >= 0 ? index : current_device();
     check_dtype(r.scalar_type(), target);
-    at::Tensor t = adopt_cpu(r, target);
+    // A CPU ZeroTensor (_efficientzerotensor: the gradient of sgn, of a detached branch) has
+    // no memory behind its storage; adopted as it is, the first read of it crashes.
+    at::Tensor t = adopt_cpu(r._is_zerotensor() ? at::zeros(r.sizes(), r.options()) : r, target);
     adopted += 1;
     adopted_bytes += nbytes_of(r);
     fresh.emplace_back(si, t);
