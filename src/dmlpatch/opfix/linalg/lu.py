@@ -350,9 +350,7 @@ def _solve_triangular(
     left: bool = True,
     unitriangular: bool = False,
 ) -> torch.Tensor:
-    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
-    fits = square and a.dtype in _FLOATS and 0 < a.shape[-1] <= WIDEST_TRIANGLE
-    if not fits or b.dtype != a.dtype or b.dim() < 2:
+    if not _triangular_fits(a, b):
         return through_the_cpu(
             "aten::linalg_solve_triangular.out",
             torch.ops.aten.linalg_solve_triangular,
@@ -364,10 +362,21 @@ def _solve_triangular(
     record("fixed", "aten::linalg_solve_triangular.out")
     if not left:  # X A = B is A^T X^T = B^T, A^T triangular the other way
         a, b, upper = a.mT, b.mT, not upper
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    n, k = a.shape[-1], b.shape[-1]
-    x = triangular(a.expand(*batch, n, n), b.expand(*batch, n, k), upper, unitriangular)
+    x = triangular(*_broadcast(a, b), upper, unitriangular)
     return x if left else x.mT
+
+
+def _triangular_fits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """A float square A of at most :data:`WIDEST_TRIANGLE` rows, and a B of its dtype."""
+    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
+    fits = square and a.dtype in _FLOATS and 0 < a.shape[-1] <= WIDEST_TRIANGLE
+    return fits and b.dtype == a.dtype and b.dim() >= 2
+
+
+def _broadcast(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A and B expanded to their common batch."""
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return a.expand(*batch, *a.shape[-2:]), b.expand(*batch, *b.shape[-2:])
 
 
 def _triangular_solve(
@@ -379,9 +388,7 @@ def _triangular_solve(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The deprecated ``torch.triangular_solve`` (still in GPyTorch, Pyro and older geometry
     code): ``(X, A)`` with ``op(A) X = B``, both broadcast and column-major as the CPU's."""
-    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
-    fits = square and a.dtype in _FLOATS and 0 < a.shape[-1] <= WIDEST_TRIANGLE
-    if not fits or b.dtype != a.dtype or b.dim() < 2 or b.shape[-2] != a.shape[-1]:
+    if not _triangular_fits(a, b) or b.shape[-2] != a.shape[-1]:
         return through_the_cpu(
             "aten::triangular_solve.X",
             torch.ops.aten.triangular_solve,
@@ -391,12 +398,10 @@ def _triangular_solve(
             unitriangular=unitriangular,
         )
     record("fixed", "aten::triangular_solve.X")
-    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    n, k = a.shape[-1], b.shape[-1]
-    coefficient = a.expand(*batch, n, n)
+    coefficient, rhs = _broadcast(a, b)
     solved = triangular(
         coefficient.mT if transpose else coefficient,
-        b.expand(*batch, n, k),
+        rhs,
         upper != transpose,
         unitriangular,
     )
