@@ -1,7 +1,7 @@
 """PyTorch's own sample inputs for its operators (its OpInfo database: the samples its
 test_ops and test_linalg run on each device), called on the simulated DirectML device with
 dmlpatch's fixes and on the CPU, sample for sample: about 70,000 calls of some 700 operators,
-and the gradients of 5,000 more. The results (or the errors) are the CPU's but for the
+and the gradients of 6,000 more. The results (or the errors) are the CPU's but for the
 differences listed here, each with its reason; for linear algebra, the only calls that still
 go through the CPU are the ones the catalogue names.
 
@@ -138,6 +138,6 @@ def gradients() -> dict[str, Any]:
 def test_every_gradient_equals_the_cpu_s(gradients: dict[str, Any]) -> None:
     # Random draws, the forward differences above and sign-free vectors are left out
     # (op_samples.NOT_FOR_GRADIENTS); 0-d unfold and nearest grid_sample's grid were found here.
-    assert gradients["compared"] > 4000
+    assert gradients["compared"] > 5000
     differences = gradients["differences"]
     assert not differences, json.dumps(differences[:10], indent=1)
