@@ -153,7 +153,7 @@ def _lu_solve(
     adjoint: bool = False,
 ) -> torch.Tensor:
     fits = _small(lu) and b.dtype == lu.dtype and b.dim() >= 2
-    if not fits or b.shape[-2 if left else -1] != lu.shape[-1]:
+    if not fits or not _sides_agree(lu, b, left):
         return through_the_cpu(
             "aten::linalg_lu_solve.out",
             torch.ops.aten.linalg_lu_solve,
@@ -162,9 +162,22 @@ def _lu_solve(
             adjoint=adjoint,
         )
     record("fixed", "aten::linalg_lu_solve.out")
-    if not left:  # X A = B is A^T X^T = B^T: the other substitution, on B^T
-        return _substitute_broadcast(lu, pivots, b.mT, not adjoint).mT
-    return _substitute_broadcast(lu, pivots, b, adjoint)
+    return _substitute_on_side(lu, pivots, b, left, adjoint)
+
+
+def _sides_agree(a: torch.Tensor, b: torch.Tensor, left: bool) -> bool:
+    """B's rows (its columns, from the right) are as many as A's columns."""
+    return b.shape[-2 if left else -1] == a.shape[-1]
+
+
+def _substitute_on_side(
+    lu: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, left: bool, adjoint: bool
+) -> torch.Tensor:
+    """:func:`_substitute_broadcast` for ``A X = B``, or ``X A = B`` (``A^T X^T = B^T``: the
+    other substitution, on B^T) when not ``left``."""
+    if left:
+        return _substitute_broadcast(lu, pivots, b, adjoint)
+    return _substitute_broadcast(lu, pivots, b.mT, not adjoint).mT
 
 
 def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,17 +201,9 @@ def _solve_ex(
 ) -> tuple[torch.Tensor, ...]:
     # PyTorch's rule: B is a batch of vectors when it has one dimension fewer than A.
     vectors = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
-    fits = _small(a) and b.dtype == a.dtype and (vectors or b.dim() >= 2)
-    if check_errors or not fits or (vectors and not left):
-        return through_the_cpu(
-            "aten::_linalg_solve_ex.result",
-            torch.ops.aten._linalg_solve_ex,
-            (a, b),
-            left=left,
-            check_errors=check_errors,
-        )
     matrices = b.unsqueeze(-1) if vectors else b
-    if matrices.shape[-2 if left else -1] != a.shape[-1]:
+    fits = _small(a) and b.dtype == a.dtype and matrices.dim() >= 2
+    if check_errors or not fits or (vectors and not left) or not _sides_agree(a, matrices, left):
         return through_the_cpu(
             "aten::_linalg_solve_ex.result",
             torch.ops.aten._linalg_solve_ex,
@@ -211,10 +216,7 @@ def _solve_ex(
     # LU that way, so the factors returned must be A^T's.
     transposed = a.is_contiguous() and _factors_the_transpose()
     lu, pivots, info = _factor(a.mT if transposed else a)
-    if left:
-        x = _substitute_broadcast(lu, pivots, matrices, adjoint=transposed)
-    else:  # X A = B is A^T X^T = B^T
-        x = _substitute_broadcast(lu, pivots, matrices.mT, adjoint=not transposed).mT
+    x = _substitute_on_side(lu, pivots, matrices, left, adjoint=transposed)
     return (x.squeeze(-1) if vectors else x), lu, pivots, info
 
 
