@@ -868,9 +868,9 @@ FAILURES: tuple[Failure, ...] = (
         "op list",
         "",
         "kernel",
-        "dmlpatch.opfix.precision.half_on_host: the fallback computes them in float32 on the CPU "
-        "and "
-        "brings float16 back, counted as a fallback",
+        "dmlpatch.opfix.precision.half_on_host: a float16 call the CPU kernel refuses is "
+        "computed in float32 on the CPU and brought back as float16; every call of these "
+        "operators, float16 or not, still goes through the CPU, counted as a fallback",
     ),
     Failure(
         "mixed-devices-assert",
