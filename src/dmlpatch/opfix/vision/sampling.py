@@ -79,9 +79,11 @@ def _on_device(
     flat = input.reshape(n, c, height * width)
     if interpolation_mode == _NEAREST:
         x, y = torch.round(ix).unsqueeze(1), torch.round(iy).unsqueeze(1)
-        # Weights of one that keep the grid in the graph: its gradient is the CPU's zeros,
-        # not None (autograd.grad would refuse it, and an optimizer would skip it).
-        weights = 1 + (torch.where(x.isfinite(), x, 0) + torch.where(y.isfinite(), y, 0)) * 0
+        weights = torch.ones_like(x)
+        if grid.requires_grad and torch.is_grad_enabled():
+            # Weights of one that keep the grid in the graph: its gradient is the CPU's zeros,
+            # not None (autograd.grad would refuse it, and an optimizer would skip it).
+            weights = weights + (torch.where(x.isfinite() & y.isfinite(), x + y, 0)) * 0
         out = _gather(flat, x, y, weights, width, height)
         return out.reshape(n, c, out_h, out_w)
     ix_nw, iy_nw = torch.floor(ix), torch.floor(iy)
