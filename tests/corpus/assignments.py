@@ -29,7 +29,7 @@ def parse(argv):
 
 
 def load(buffer, map_location="cuda"):  # site: device_literal
-    return torch.load(buffer, map_location=map_location, weights_only=True)
+    return torch.load(buffer, map_location=map_location, weights_only=True)  # site: device_argument
 
 
 def run() -> dict:

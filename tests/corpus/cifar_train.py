@@ -21,12 +21,12 @@ def build() -> nn.Module:
 
 def run() -> dict:
     net = build()
-    net.to(device)
+    net.to(device)  # site: device_argument
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     inputs = torch.arange(24.0).reshape(6, 4) / 24
     labels = torch.tensor([0, 1, 0, 1, 0, 1])
     for _ in range(3):
-        inputs, labels = inputs.to(device), labels.to(device)
+        inputs, labels = inputs.to(device), labels.to(device)  # site: device_argument, device_argument
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(net(inputs), labels)
         loss.backward()

@@ -1,5 +1,6 @@
 # Corpus of CUDA idioms, written the way the libraries write them. "# site: <kinds>" marks
 # each line the rewriter must change; tests/unit/test_rewrite.py reads these markers.
+# ruff: noqa: E501
 # fmt: off
 """The CUDA API a program calls once it has its device (yolov5's select_device, timing loops,
 PyTorch-GAN's legacy tensor types, AMP training loops, torch >= 2.6's torch.accelerator)."""
@@ -84,9 +85,9 @@ def train_amp(model: nn.Module, x: torch.Tensor) -> list[float]:
 
 def run() -> dict:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1)).to(device)
+    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1)).to(device)  # site: device_argument
     x = torch.linspace(-1, 1, 12).reshape(4, 3)
-    y, elapsed = timed(model, x.to(device))
+    y, elapsed = timed(model, x.to(device))  # site: device_argument
     accelerator = "cpu"
     if cuda:  # torch-directml's torch 2.4.1 has no torch.accelerator
         accelerator = str(torch.accelerator.current_accelerator())  # site: accelerator
@@ -95,7 +96,7 @@ def run() -> dict:
         "timed": y.tolist(),
         "elapsed_ok": elapsed >= 0,
         "legacy": legacy(x),
-        "amp": train_amp(model, x.to(device)),
+        "amp": train_amp(model, x.to(device)),  # site: device_argument
         "accelerator": accelerator,
         "oom_is_class": isinstance(OutOfMemoryError, type),
     }

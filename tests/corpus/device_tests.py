@@ -49,8 +49,8 @@ def run_on(argv):
     found["where"] = device.type
     found["moves_model"] = args.device == "cuda"  # site: cuda_test
     env_device = os.environ.get("CORPUS_DEVICE", "cpu")  # site: device_value
-    found["from_env"] = Placed().to(env_device)
-    found["from_args"] = Placed().to(args.device)  # site: device_value
+    found["from_env"] = Placed().to(env_device)  # site: device_argument
+    found["from_args"] = Placed().to(args.device)  # site: device_argument
     return found
 
 
@@ -58,5 +58,5 @@ def run():
     found = run_on([])
     # Plain python on a machine without CUDA stops here, as the program would.
     args = parse([])
-    found["made"] = str(torch.zeros(1, device=args.device).device)  # site: device_value
+    found["made"] = str(torch.zeros(1, device=args.device).device)  # site: device_argument
     return found

@@ -1,5 +1,6 @@
 # Corpus of CUDA idioms, written the way the libraries write them. "# site: <kinds>" marks
 # each line the rewriter must change; tests/unit/test_rewrite.py reads these markers.
+# ruff: noqa: E501
 # fmt: off
 """facexlib's shape: a ``device='cuda'`` default and a helper that picks cuda-else-cpu."""
 
@@ -12,7 +13,7 @@ def init_detection_model(model_name, half=False, device="cuda"):  # site: device
     nn.init.constant_(model.weight, 0.5)
     nn.init.zeros_(model.bias)
     model.eval()
-    return model.to(device)
+    return model.to(device)  # site: device_argument
 
 
 class FaceRestoreHelper:
@@ -24,11 +25,11 @@ class FaceRestoreHelper:
             )
         else:
             self.device = device
-        self.face_det = init_detection_model("retinaface_resnet50", device=self.device)
+        self.face_det = init_detection_model("retinaface_resnet50", device=self.device)  # site: device_argument
 
     def detect(self, image):
         with torch.no_grad():
-            return self.face_det(image.to(self.device))
+            return self.face_det(image.to(self.device))  # site: device_argument
 
 
 def run() -> dict:

@@ -26,7 +26,7 @@ class RealESRGANer:
             )
 
     def enhance(self, image):
-        return torch.nn.functional.interpolate(image.to(self.device), scale_factor=self.scale)
+        return torch.nn.functional.interpolate(image.to(self.device), scale_factor=self.scale)  # site: device_argument
 
 
 def run() -> dict:

@@ -63,7 +63,7 @@ def test_site_records_position_kind_and_original_text() -> None:
         ("torch.set_default_device('cuda')", [("device_literal", "'cuda'")]),
         ("f(x, device='cuda:0')", [("device_literal", "'cuda:0'")]),
         ("f(x, output_device='cuda')", [("device_literal", "'cuda'")]),
-        ("f(device=d or 'cuda')", [("device_literal", "'cuda'")]),
+        ("f(device=d or 'cuda')", [("device_argument", "d"), ("device_literal", "'cuda'")]),
         ("torch.load(p, map_location='cuda')", [("device_literal", "'cuda'")]),
         ("x.to('cuda:%d' % rank)", [("device_literal", "'cuda:%d' % rank")]),
         ("x.to('cuda:' + str(rank))", [("device_literal", "'cuda:' + str(rank)")]),

@@ -234,7 +234,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
     import torch
 
     from dmlpatch.gaps import profiles
-    from dmlpatch.opfix import _accounting, cpu_ops, module_moves, sharing
+    from dmlpatch.opfix import _accounting, cpu_ops, device_module, module_moves, sharing
 
     with _lock:
         if _installed is not None:
@@ -250,6 +250,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         # PyTorch's, not DirectML's: every PrivateUse1 device has them, whatever the profile.
         module_moves.install()
         sharing.install()
+        device_module.install()
         forced_names = {op.name() for op in forced_ops}
         library = torch.library.Library("aten", "IMPL")
         fixes: list[str] = []
@@ -445,12 +446,13 @@ def installed() -> Optional[Installed]:
 def uninstall() -> None:
     """Remove every registered kernel: DirectML's own kernels serve the operators again."""
     global _library, _installed
-    from dmlpatch.opfix import module_moves, sentinels, sharing, triggers
+    from dmlpatch.opfix import device_module, module_moves, sentinels, sharing, triggers
     from dmlpatch.opfix.tensors import allocation
 
     with _lock:
         module_moves.uninstall()
         sharing.uninstall()
+        device_module.uninstall()
         if _library is not None:
             _library._destroy()
         for library in (*_triggered, *_namespaced.values()):

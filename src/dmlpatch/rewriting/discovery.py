@@ -174,6 +174,12 @@ class Discovery:
         verdict = index.get(origin, stamp) or self._examine(index, fullname, origin, stamp)
         return bool(verdict.sites)
 
+    def is_program(self, fullname: str, origin: str) -> bool:
+        """Whether ``origin`` is the program's own code (outside site-packages and the
+        standard library), as the verdict :meth:`decide` gave was made."""
+        index = self._directories.get((os.path.dirname(origin), fullname.partition(".")[0]))
+        return index is not None and index.program
+
     def _leave(self, fullname: str) -> Optional[Leave]:
         for leave in self.leaves:
             if fullname == leave.prefix or fullname.startswith(leave.prefix + "."):
@@ -196,7 +202,7 @@ class Discovery:
                 if index is None:
                     name = f"{top[:40]}-{file_tag(key)}.idx"
                     cache = cache_subdirectory("discovery", create=False)
-                    index = _Index(os.path.join(cache, name) if cache else None)
+                    index = _Index(os.path.join(cache, name) if cache else None, not in_site)
                     self._indexes[key] = index
         self._directories[(directory, top)] = index
         return index
@@ -207,7 +213,7 @@ class Discovery:
         source = _source(origin)
         if source is None:
             return Verdict(0, ())
-        verdict = _examine(source, origin)
+        verdict = _examine(source, origin, index.program)
         index.put(origin, stamp, freshness.source_hash(source), verdict)
         from dmlpatch.rewriting import preparation
 
@@ -236,14 +242,15 @@ def take_rewrite(origin: str, source: bytes) -> Any:
     return entry[1] if entry is not None and entry[0] == source else None
 
 
-def _examine(source: bytes, origin: str) -> Verdict:
-    """The verdict for ``source``, parsed only when it may hold sites."""
-    if not may_have_sites(source):
+def _examine(source: bytes, origin: str, program: bool = False) -> Verdict:
+    """The verdict for ``source``, parsed only when it may hold sites (``program``: a module
+    of the program's own, see ``transform.rewrite``)."""
+    if not may_have_sites(source, program):
         return Verdict(0, ())
     from dmlpatch.rewriting.transform import rewrite
 
     try:
-        result = rewrite(source, origin)
+        result = rewrite(source, origin, program=program)
     except (SyntaxError, ValueError):
         return Verdict(0, ())  # the normal loader raises the error the program expects
     except RecursionError:
@@ -329,8 +336,10 @@ class _Index:
     ``path`` None: the cache cannot be used, so verdicts live for this process only.
     """
 
-    def __init__(self, path: Optional[str]) -> None:
+    def __init__(self, path: Optional[str], program: bool = False) -> None:
         self.path = path
+        #: Whether these are the program's own modules (outside site-packages).
+        self.program = program
         self._entries: Optional[dict[str, _Entry]] = None
         self._new: dict[str, _Entry] = {}
         self._lock = _thread.allocate_lock()

@@ -54,6 +54,8 @@ class ModuleTarget(NamedTuple):
     fingerprint: str  # hash of the spec's content; part of the bytecode cache tag
     # What its sites call (see dmlpatch.runtime.as_written).
     runtime: str = "dmlpatch.runtime.sites"
+    # The program's own code (see dmlpatch.rewriting.transform.rewrite).
+    program: bool = False
 
 
 _lock = _thread.allocate_lock()
@@ -158,11 +160,11 @@ def set_gate(gate: Optional[Callable[[], bool]]) -> None:
 
 def compile_main(source: bytes, filename: str) -> types.CodeType:
     """Rewrite and compile the program's ``__main__`` script (no stale check, no cache)."""
-    if not may_have_sites(source):  # the rewriter costs milliseconds to load
+    if not may_have_sites(source, program=True):  # the rewriter costs milliseconds to load
         return compile(source, filename, "exec", dont_inherit=True)
     from dmlpatch.rewriting.transform import rewrite
 
-    result = rewrite(source, filename)
+    result = rewrite(source, filename, program=True)
     if not result.sites:
         return compile(source, filename, "exec", dont_inherit=True)
     if _gate is not None and not _gate():
@@ -215,7 +217,8 @@ class _Finder:
         elif discovery is not None and not _known_unneeded():
             runtime = discovery.decide(fullname, source)
             if runtime is not None:
-                found = ModuleTarget(fullname, DISCOVERED, 0, runtime, runtime)
+                program = discovery.is_program(fullname, source)
+                found = ModuleTarget(fullname, DISCOVERED, 0, runtime, runtime, program)
         if found is not None and source is not None:
             if type(loader) is importlib.machinery.SourceFileLoader:
                 spec.loader = _RewritingLoader(fullname, source, found)
@@ -356,7 +359,7 @@ class _RewritingLoader(importlib.machinery.SourceFileLoader):
         ):
             result = discovery.take_rewrite(path, data)  # examined a moment ago: not again
         if result is None:
-            result = rewrite(data, path, self.target.runtime)
+            result = rewrite(data, path, self.target.runtime, self.target.program)
         if self.composer is not None:
             tree = result.tree
             if result.sites and len(result.sites) < self.target.expect_sites:

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 #: under "if torch.cuda.is_available():"; 8: complex literals in arithmetic; 9: not when both
 #: sides are numbers; 10: rewritten code imports ``dmlpatch.runtime``, the runtime's package;
 #: 11: ``x.pin_memory()``; 13: tests of the device against CUDA's name, devices read from
-#: settings, the environment or the command line, and CUDA-only libraries keep CUDA's meaning).
-GENERATION = 13
+#: settings, the environment or the command line, and CUDA-only libraries keep CUDA's meaning;
+#: 14: every device parameter of torch's callables, positional or keyword, whatever value it
+#: holds, and the program's own code).
+GENERATION = 14
 
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
 SITE_WORDS = (
@@ -39,12 +41,20 @@ SITE_WORDS = (
 )
 
 
-def may_have_sites(source: bytes) -> bool:
+#: What the program's own code holds where it passes a device it read at run time
+#: (``x.to(args.device)``, ``torch.load(f, cfg.map_location)``).
+PROGRAM_WORDS = (b"device", b"map_location")
+
+
+def may_have_sites(source: bytes, program: bool = False) -> bool:
     """Whether ``source`` can hold a site at all (``dmlpatch.rewriting.transform``), told without
     parsing it: a source that says none of :data:`SITE_WORDS` (``cuda``, ``inference_mode``,
     ``autocast``, ``GradScaler``, ``accelerator``, ``pin_memory``), nor both ``torch`` and a
-    complex literal, has none."""
+    complex literal, has none. The program's own code (``program``) also has sites where it
+    passes on a device read at run time: :data:`PROGRAM_WORDS`."""
     if any(word in source for word in SITE_WORDS):
+        return True
+    if program and any(word in source for word in PROGRAM_WORDS):
         return True
     return b"torch" in source and _has_complex_literal(source)
 

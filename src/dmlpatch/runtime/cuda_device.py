@@ -141,6 +141,68 @@ def device(spec: Union[str, int, Any, None] = "cuda") -> Any:
     return target
 
 
+def device_argument(value: Any) -> Any:
+    """Any value at a device parameter of a torch callable (``x.to(dev)``,
+    ``torch.randn(2, device=cfg["dev"])``, ``torch.Generator(gpu)``), known only at run time.
+
+    CUDA's names (``"cuda"``, ``"cuda:N"``, a CUDA ``torch.device``, an ordinal) become the
+    target as :func:`device` makes them; everything else (``None``, a dtype, a tensor,
+    ``"cpu"``, ``-1``, which libraries take for the CPU, the target itself) is returned
+    untouched. Three identity tests decide most
+    values: this runs at every ``.to(x)`` of a rewritten module.
+    """
+    cls = value.__class__
+    if cls is str or cls is _torch_device() or (cls is int and value >= 0):
+        return device(value)
+    return value
+
+
+def map_location(value: Any) -> Any:
+    """``torch.load(f, map_location)``'s value, known only at run time: a device as
+    :func:`device_argument` answers it; a dict's targets likewise (its keys are the locations
+    storages were saved at, as written); a function as it is."""
+    if isinstance(value, dict):
+        return {key: device_argument(target) for key, target in value.items()}
+    return device_argument(value)
+
+
+def device_type(value: Any) -> Any:
+    """A device *type* where torch takes one (``torch.get_autocast_dtype("cuda")``,
+    ``torch.Stream(device_type=...)``): ``"cuda"`` is the target's type on an accelerator;
+    anything else, and ``"cuda"`` where the process runs on a CUDA GPU or the CPU, as it is."""
+    if value.__class__ is not str or value != "cuda":
+        return value
+    resolution = _resolution.current()
+    if not (resolution.patches_needed and resolution.is_accelerator):
+        return value
+    _announce.device_used()
+    return resolution.type
+
+
+def pin_memory_device(value: Any) -> Any:
+    """``DataLoader(pin_memory_device=...)``: page-locked memory is CUDA's, so off CUDA a CUDA
+    device there is ``""``, torch's default: torch 2.4 then pins nothing without CUDA, newer
+    torches pin for the current accelerator. Anything else as it is."""
+    if cuda_ordinal(value) is NOT_CUDA or not _resolution.current().patches_needed:
+        return value
+    return ""
+
+
+_device_class: Any = None
+
+
+def _torch_device() -> Any:
+    """``torch.device`` once torch is imported (a value only torch makes cannot be one
+    before)."""
+    global _device_class
+    if _device_class is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        _device_class = torch.device
+    return _device_class
+
+
 #: Whether Dynamo is tracing the caller (set by :mod:`dmlpatch.runtime.compiling` once the
 #: program imports torch._dynamo; until then nothing can be tracing).
 tracing: Optional[Callable[[], bool]] = None

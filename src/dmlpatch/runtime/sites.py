@@ -26,10 +26,14 @@ from dmlpatch.runtime import cuda_device as _cuda_device
 from dmlpatch.runtime import on_behalf
 from dmlpatch.runtime.cuda_device import current_device as current_device
 from dmlpatch.runtime.cuda_device import device as device
+from dmlpatch.runtime.cuda_device import device_argument as device_argument
 from dmlpatch.runtime.cuda_device import device_count as device_count
+from dmlpatch.runtime.cuda_device import device_type as device_type
 from dmlpatch.runtime.cuda_device import empty_cache as empty_cache
 from dmlpatch.runtime.cuda_device import get_device_name as get_device_name
 from dmlpatch.runtime.cuda_device import is_available as is_available
+from dmlpatch.runtime.cuda_device import map_location as map_location
+from dmlpatch.runtime.cuda_device import pin_memory_device as pin_memory_device
 from dmlpatch.runtime.cuda_device import set_device as set_device
 from dmlpatch.runtime.cuda_device import synchronize as synchronize
 from dmlpatch.runtime.device_tests import as_cuda as as_cuda
@@ -160,6 +164,29 @@ def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
     from dmlpatch.runtime import amp
 
     return amp.grad_scaler(original, *args, **kwargs)
+
+
+def queue(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.Stream(...)`` / ``torch.Event(...)`` in a target (torch >= 2.3's device-agnostic
+    queues). DirectML has one queue per adapter and no streams or events of its own
+    (``Backend doesn't support create a new Stream``): on the adapter they are
+    ``torch.cuda.Stream``'s and ``Event``'s answers (:mod:`dmlpatch.runtime.cuda_api`); on
+    any other device torch's own."""
+    resolution = _resolution.current()
+    if not (resolution.patches_needed and resolution.is_accelerator):
+        return original(*args, **kwargs)
+    import torch
+
+    spec = _cuda_device.device_argument(args[0] if args else kwargs.get("device"))
+    if spec is not None and torch.device(spec).type != resolution.type:
+        return original(*args, **kwargs)
+    from dmlpatch.runtime import cuda_api
+
+    if original is getattr(torch, "Event", None):
+        options = {k: v for k, v in kwargs.items() if k != "device"}
+        return cuda_api.Event(**options)
+    priority = args[1] if len(args) > 1 else kwargs.get("priority", 0)
+    return cuda_api.Stream(spec, priority)
 
 
 def load(original: Any, *args: Any, **kwargs: Any) -> Any:

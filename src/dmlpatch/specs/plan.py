@@ -65,7 +65,7 @@ RECORDS: dict[str, Any] = {
 
 #: The type of each field of each section's record, in order: what a cached entry must hold.
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "targets": (str, str, int, str, str),
+    "targets": (str, str, int, str, str, bool),
     "wraps": (str, str, str, str),
     "aliases": (str, str, str),
     "leaves": (str, str, str, bool),

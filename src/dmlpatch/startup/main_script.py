@@ -44,7 +44,7 @@ def arm_for_activation() -> Callable[[], None]:
         return _nothing  # -c, -m (imported, so discovery's), the REPL, or no .py script
     path = os.path.abspath(argv[0])
     source = _read(path)
-    if source is None or not may_have_sites(source):
+    if source is None or not may_have_sites(source, program=True):
         return _nothing
     previous = sys.gettrace()
 
@@ -81,12 +81,12 @@ def take_over_from_auto() -> None:
         return  # imported by a module, not by the script itself
     path = os.path.abspath(path)
     source = _read(path)
-    if source is None or not may_have_sites(source):
+    if source is None or not may_have_sites(source, program=True):
         return
     from dmlpatch.rewriting.transform import rewrite
 
     try:
-        result = rewrite(source, path)
+        result = rewrite(source, path, program=True)
     except (SyntaxError, ValueError, RecursionError):
         return
     if not result.sites:

@@ -101,6 +101,7 @@ import ast
 from typing import NamedTuple, Union
 
 from dmlpatch.rewriting.transform.as_written import CUDA_API_MODULE
+from dmlpatch.rewriting.transform.device_sites import holds_cuda_literal
 from dmlpatch.rewriting.transform.names import ImportedNames
 from dmlpatch.rewriting.transform.nodes import Lines, insert_runtime_import, uses_name
 from dmlpatch.rewriting.transform.transformer import Transformer
@@ -111,8 +112,11 @@ __all__ = ["RUNTIME_MODULE", "Rewritten", "Site", "find_sites", "rewrite"]
 
 RUNTIME_MODULE = "dmlpatch.runtime.sites"
 _AS_WRITTEN_MODULE = "dmlpatch.runtime.as_written"
-#: Site kinds rewritten only in a module with other sites.
-_ONLY_BESIDE_CUDA = frozenset({"device_value", "torch_load", "cuda_test"})
+#: Site kinds rewritten only in a module with other sites, or one that hard-codes CUDA another
+#: way (:func:`_hard_codes_cuda`).
+_ONLY_BESIDE_CUDA = frozenset({"device_value", "device_argument", "torch_load", "cuda_test"})
+#: Of those, the values known only at run time, which may say CUDA.
+_RUN_TIME_VALUES = frozenset({"device_value", "device_argument", "torch_load"})
 
 
 class Rewritten(NamedTuple):
@@ -133,18 +137,30 @@ def find_sites(source: Union[str, bytes], filename: str = "<unknown>") -> list[S
 
 
 def rewrite(
-    source: Union[str, bytes], filename: str = "<unknown>", runtime: str = RUNTIME_MODULE
+    source: Union[str, bytes],
+    filename: str = "<unknown>",
+    runtime: str = RUNTIME_MODULE,
+    program: bool = False,
 ) -> Rewritten:
     """Parse ``source`` and reroute its CUDA device sites to ``runtime`` (imported as
-    ``__dmlpatch__``); raises ``SyntaxError`` like compile."""
+    ``__dmlpatch__``); raises ``SyntaxError`` like compile.
+
+    ``program``: the source is the program's own code (its main script, its modules outside
+    site-packages), whose devices may come from its command line, environment or config
+    files: its values at device parameters are sites even where it names no CUDA itself.
+    """
     tree = ast.parse(source, filename)
     # Another runtime keeps CUDA's meaning: its modules import torch.cuda's names as written.
     answers = CUDA_API_MODULE if runtime == RUNTIME_MODULE else None
     transformer = Transformer(ImportedNames.of(tree), Lines(source), answers)
     transformer.transform(tree)
     sites = sorted(transformer.sites, key=lambda site: (site.line, site.col))
-    if sites and all(site.kind in _ONLY_BESIDE_CUDA for site in sites):
-        # torch.device(x) and torch.load(f) alone are device-agnostic code (scipy,
+    if (
+        sites
+        and all(site.kind in _ONLY_BESIDE_CUDA for site in sites)
+        and not _hard_codes_cuda(sites, tree, program)
+    ):
+        # torch.device(x), x.to(d) and torch.load(f) alone are device-agnostic code (scipy,
         # torchvision): only a module that hard-codes CUDA somewhere can hand x a CUDA value
         # of its own making, or expect f's tensors back on CUDA.
         return Rewritten(ast.parse(source, filename), [], tuple(sorted(transformer.unanswered)))
@@ -156,3 +172,13 @@ def rewrite(
     if kept:
         insert_runtime_import(tree, _AS_WRITTEN_MODULE, KEPT_ALIAS)
     return Rewritten(tree, sites, tuple(sorted(transformer.unanswered)), tuple(kept))
+
+
+def _hard_codes_cuda(sites: list[Site], tree: ast.Module, program: bool) -> bool:
+    """Whether a module whose sites all take values known at run time may hand them CUDA's
+    name: the program's own code (its settings may say ``cuda``), or a module that holds a
+    CUDA literal outside any test (``dev = "cuda"`` ... ``x.to(dev)``). Tests of the device
+    alone (``x.device.type == "cuda"``) are device-agnostic code."""
+    if not any(site.kind in _RUN_TIME_VALUES for site in sites):
+        return False
+    return program or holds_cuda_literal(tree)

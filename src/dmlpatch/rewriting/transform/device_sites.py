@@ -8,8 +8,10 @@ import ast
 import re
 from collections import deque
 from collections.abc import Iterator
-from typing import Union
+from typing import Optional, Union
 
+from dmlpatch.rewriting.transform import device_parameters
+from dmlpatch.rewriting.transform.device_parameters import Parameter
 from dmlpatch.rewriting.transform.names import BLOCKS, TORCH_DEVICE_FUNCTIONS
 from dmlpatch.rewriting.transform.nodes import (
     alias,
@@ -52,6 +54,18 @@ class DeviceSites(Walker):
         node.func = located(alias("load"), func)
         return True
 
+    def queue_call(self, node: ast.Call) -> bool:
+        """``torch.Stream(...)`` and ``torch.Event(...)``: DirectML has neither, so they are
+        answered by the runtime (``__dmlpatch__.queue(torch.Stream, ...)``) like
+        ``torch.cuda.Stream``; their device arguments as every device argument."""
+        if self.names.qualified(node.func) not in _QUEUES:
+            return False
+        self.device_arguments(node)
+        self.site(node, "cuda_api")
+        node.args = [node.func, *node.args]
+        node.func = located(alias("queue"), node.func)
+        return True
+
     def cuda_method_call(self, node: ast.Call) -> Union[ast.Call, None]:
         """``x.cuda(...)`` → ``__dmlpatch__.cuda(x, ...)`` and ``x.pin_memory(...)`` →
         ``__dmlpatch__.pin_memory(x, ...)``; None for any other call."""
@@ -77,21 +91,84 @@ class DeviceSites(Walker):
         return call
 
     def device_arguments(self, node: ast.Call) -> None:
-        """The arguments of a call that name a device: ``torch.device(...)``'s, ``.to(x)``'s
-        first, ``add_argument('--device', default=...)``'s default, keywords named for one."""
+        """The arguments of a call that name a device: ``torch.device(...)``'s; each device
+        parameter of a torch callable, positional or keyword (``device_parameters``: from
+        torch's signatures), whatever value it holds; ``add_argument('--device',
+        default=...)``'s default; keywords named for a device on any call."""
         func = node.func
         if self._torch_device_function(func):
             self._device_call(node)
-        elif isinstance(func, ast.Attribute) and func.attr == "to" and node.args:
-            first = node.args[0]
-            node.args[0] = self.device_value(first, computed=_holds_device(first))
+            return
+        parameters = self._device_parameters(func)
+        if parameters:
+            self._parameter_arguments(node, parameters)
         elif _is_device_option(node):
             for option in node.keywords:
                 if option.arg == "default":
                     option.value = self.device_value(option.value)
+        taken = {name for name, _, _ in parameters}
         for named in node.keywords:
-            if named.arg is not None and _names_device(named.arg):
+            if named.arg is None or named.arg in taken:
+                continue
+            if named.arg in _DEVICE_KEYWORDS:
+                # torch's own parameter names, on a callee not resolved to torch (an alias,
+                # a wrapper that passes them on): every value goes through the check.
+                named.value = self.argument(named.value, _DEVICE_KEYWORDS[named.arg])
+            elif _names_device(named.arg):
                 named.value = self.device_value(named.value, computed=_holds_device(named.value))
+
+    def _device_parameters(self, func: ast.expr) -> tuple[Parameter, ...]:
+        """The device parameters of the callee: a torch callable by the name it is imported
+        under, or a method of tensors, modules and storages by its name (``x.to``)."""
+        qualified = self.names.qualified(func)
+        if qualified is not None:
+            return device_parameters.FUNCTIONS.get(qualified, ())
+        if isinstance(func, ast.Attribute) and self.is_object(func.value):
+            return device_parameters.METHODS.get(func.attr, ())
+        return ()
+
+    def _parameter_arguments(self, node: ast.Call, parameters: tuple[Parameter, ...]) -> None:
+        for name, position, kind in parameters:
+            if (
+                position is not None
+                and position < len(node.args)
+                and not any(isinstance(arg, ast.Starred) for arg in node.args[: position + 1])
+            ):
+                node.args[position] = self.argument(node.args[position], kind)
+            for named in node.keywords:
+                if named.arg == name:
+                    named.value = self.argument(named.value, kind)
+
+    def argument(self, node: ast.expr, kind: str) -> ast.expr:
+        """The value at a device parameter of ``kind``: a CUDA literal becomes the target at
+        import; any value that may name a device at run time goes through the runtime's
+        check (``__dmlpatch__.device_argument`` and its kin), which passes everything but
+        CUDA's names through untouched."""
+        if kind == "cuda_api":
+            return node  # the runtime's CUDA API answers the whole call
+        if kind == "devices":
+            return self._listed_device(node)
+        if isinstance(node, ast.IfExp):
+            node.body = self.argument(node.body, kind)
+            node.orelse = self.argument(node.orelse, kind)
+            return node
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            node.values = [self.argument(value, kind) for value in node.values]
+            return node
+        if _says_cuda(node) or (kind != "device_type" and _is_ordinal(node)):
+            self.site(node, "device_literal")
+            # A device's name is the target's at import; a device type or a device to pin
+            # memory for is answered by the runtime, as its kind says.
+            check = "device" if kind in ("device", "map_location") else _CHECKS[kind]
+            return runtime_call(check, [node], node)
+        if (
+            _fixed(node)
+            or _is_dtype(node, self.names.torch)
+            or (isinstance(node, ast.Call) and self._torch_device_function(node.func))
+        ):
+            return node  # torch.device(...) is rewritten in itself: never CUDA's now
+        self.site(node, "device_argument")
+        return runtime_call(_CHECKS[kind], [node], node)
 
     def _device_call(self, node: ast.Call) -> None:
         """``torch.device(...)``: the type argument names a device; ``('cuda', i)`` keeps ``i``."""
@@ -213,6 +290,118 @@ class DeviceSites(Walker):
             self.site(node, "device_value")
             return runtime_call("device", [node], node)
         return node
+
+
+#: torch's device-agnostic queues, which DirectML lacks (see ``runtime.sites.queue``).
+_QUEUES = frozenset({"torch.Stream", "torch.Event"})
+
+#: Keywords that pass a device to torch by their very name, on any call, with their kind.
+_DEVICE_KEYWORDS = {
+    "device": "device",
+    "map_location": "map_location",
+    "pin_memory_device": "pin_memory_device",
+}
+#: The runtime's check of a value known only at run time, by parameter kind.
+_CHECKS = {
+    "device": "device_argument",
+    "map_location": "map_location",
+    "device_type": "device_type",
+    "pin_memory_device": "pin_memory_device",
+}
+
+#: ``torch.<name>`` attributes that are dtypes, never devices (``x.to(torch.float16)``).
+_DTYPES = frozenset(
+    {
+        "float16",
+        "half",
+        "float32",
+        "float",
+        "float64",
+        "double",
+        "bfloat16",
+        "complex64",
+        "cfloat",
+        "complex128",
+        "cdouble",
+        "uint8",
+        "int8",
+        "int16",
+        "short",
+        "int32",
+        "int",
+        "int64",
+        "long",
+        "bool",
+        "channels_last",
+        "contiguous_format",
+        "preserve_format",
+    }
+)
+
+
+def _fixed(node: ast.expr) -> bool:
+    """A value the source fixes that is not CUDA's name: ``"cpu"``, ``None``, a number...;
+    rewritten calls too (``__dmlpatch__.device(...)``)."""
+    if isinstance(node, ast.Constant) or (
+        isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant)
+    ):
+        return True  # -1 included: the CPU to the libraries that take an ordinal
+    if isinstance(node, ast.JoinedStr):
+        return not any(isinstance(value, ast.FormattedValue) for value in node.values)
+    return is_runtime_call(node)
+
+
+def _is_ordinal(node: ast.expr) -> bool:
+    """A non-negative integer literal: CUDA's ordinal where torch takes a device
+    (``x.to(0)``, ``pipeline(..., device=0)``; ``-1`` is the CPU to the libraries that take
+    it)."""
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int)
+        and not isinstance(node.value, bool)
+        and node.value >= 0
+    )
+
+
+def _is_dtype(node: ast.expr, torch_names: set[str]) -> bool:
+    """``torch.float16``, ``x.dtype``: a dtype (or memory format) where ``.to`` also takes one."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    if node.attr == "dtype":
+        return True
+    return (
+        node.attr in _DTYPES and isinstance(node.value, ast.Name) and node.value.id in torch_names
+    )
+
+
+def holds_cuda_literal(tree: ast.Module) -> bool:
+    """Whether ``tree`` keeps a CUDA device literal where a value is kept for later: assigned
+    (``dev = "cuda"``, ``self.gpu = "cuda:0"``, ``cfg["dev"] = "cuda"``, a dict or list
+    assigned), a parameter's default (``def run(where="cuda")``), a dict display's value. A
+    name the module may hand to torch as a device later; a literal that is compared
+    (``x.device.type == "cuda"``), a dict key, an annotation or an argument of some call is
+    not one."""
+    for node in ast.walk(tree):
+        kept: list[Optional[ast.expr]] = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            kept = [node.value]
+        elif isinstance(node, ast.arguments):
+            kept = [*node.defaults, *node.kw_defaults]
+        elif isinstance(node, ast.Dict):
+            kept = list(node.values)
+        if any(value is not None and _keeps_cuda(value) for value in kept):
+            return True
+    return False
+
+
+def _keeps_cuda(node: ast.expr) -> bool:
+    if isinstance(node, ast.IfExp):
+        return _keeps_cuda(node.body) or _keeps_cuda(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return any(_keeps_cuda(value) for value in node.values)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return any(_keeps_cuda(element) for element in node.elts)
+    return _says_cuda(node)
 
 
 def _own_statements(function: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> Iterator[ast.AST]:

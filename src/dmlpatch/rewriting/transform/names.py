@@ -5,13 +5,15 @@ from __future__ import annotations
 import ast
 from collections import deque
 from collections.abc import Iterator
+from typing import Optional
 
+from dmlpatch.rewriting.transform import device_parameters
 from dmlpatch.runtime.cuda_api import NAMES
 from dmlpatch.runtime.cuda_only import LIBRARIES as CUDA_ONLY_LIBRARIES
 from dmlpatch.runtime.sites import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
-#: Functions of ``torch`` whose first argument (or ``type=``) is a device.
-TORCH_DEVICE_FUNCTIONS = frozenset({"device", "set_default_device"})
+#: ``torch.device``, whose arguments (``type=``, ``index=``) make a device rather than take one.
+TORCH_DEVICE_FUNCTIONS = frozenset({"device"})
 #: Callees of the ``amp`` sites, by the runtime function that takes them.
 AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
 #: Modules whose autocast / GradScaler the ``amp`` sites take.
@@ -54,6 +56,39 @@ class ImportedNames:
         self.unanswered: dict[str, str] = {}
         #: Whether the module imports torch (or a submodule): complex literals are sites then.
         self.imports_torch = False
+        #: Names bound to a torch submodule (``import torch.nn as nn``, ``from torch.utils
+        #: import data``) and to a torch callable with device parameters (``from torch import
+        #: Generator``), with the qualified name each stands for.
+        self.torch_modules: dict[str, str] = {}
+        self.torch_callables: dict[str, str] = {}
+
+    def qualified(self, func: ast.expr) -> Optional[str]:
+        """The torch name a callee spells (``torch.jit.load``, ``nn.Linear`` under ``from
+        torch import nn``, ``Generator`` under ``from torch import Generator``), else None."""
+        if isinstance(func, ast.Name):
+            return self.torch_callables.get(func.id)
+        parts: list[str] = []
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name) or not parts:
+            return None
+        if func.id in self.torch:
+            root = "torch"
+        else:
+            found = self.torch_modules.get(func.id)
+            if found is None:
+                return None
+            root = found
+        return ".".join([root, *reversed(parts)])
+
+    def bind_torch_name(self, bound: str, qualified: str) -> None:
+        """``from torch.x import y as bound``: a callable with device parameters, or a module
+        whose callables have some."""
+        if qualified in device_parameters.FUNCTIONS:
+            self.torch_callables[bound] = qualified
+        elif qualified in device_parameters.MODULES:
+            self.torch_modules[bound] = qualified
 
     @classmethod
     def of(cls, tree: ast.Module) -> ImportedNames:
@@ -71,6 +106,8 @@ class ImportedNames:
                         names.torch.add(alias.asname or "torch")
                     elif alias.name == "torch.cuda":
                         names.cuda.add(alias.asname or "cuda")
+                    elif alias.name.startswith("torch.") and alias.asname:
+                        names.torch_modules[alias.asname] = alias.name
                     if alias.name in ("torch.amp", "torch.cuda.amp") and alias.asname:
                         names.amp_modules.add(alias.asname)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -83,6 +120,8 @@ class ImportedNames:
                 names.imports_torch |= (node.module or "").split(".")[0] == "torch"
                 for alias in node.names:
                     bound = alias.asname or alias.name
+                    if (node.module or "").split(".")[0] == "torch" and alias.name != "*":
+                        names.bind_torch_name(bound, f"{node.module}.{alias.name}")
                     if node.module == "torch" and alias.name == "cuda":
                         names.cuda.add(bound)
                     elif node.module == "torch" and alias.name in TORCH_DEVICE_FUNCTIONS:

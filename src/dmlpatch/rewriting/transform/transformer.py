@@ -23,7 +23,7 @@ class Transformer(
             return node
         self.note_type_call(node)
         self.device_module_lookup(node)
-        if self.load_call(node) or self.cuda_function_call(node):
+        if self.load_call(node) or self.cuda_function_call(node) or self.queue_call(node):
             return node
         call = self.cuda_method_call(node)
         if call is not None:
