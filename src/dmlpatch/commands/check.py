@@ -318,6 +318,11 @@ def judge(
     if error is not None:
         message = str(error).splitlines()[0] if str(error) else ""
         reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
+        from dmlpatch.rewriting import missed
+
+        reached = missed.explain(error)
+        if reached is not None:
+            return Outcome(1, "fails", f"would fail: {reason}; {reached}")
         from dmlpatch.gaps import catalogue
 
         failure = catalogue.for_error(reason)
