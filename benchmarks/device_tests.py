@@ -1,4 +1,5 @@
-"""What a rewritten test of the device costs (``cuda_test`` and ``device_value`` sites), against
+"""What a rewritten test of the device costs (``cuda_test``, ``device_value`` and ``device_argument``
+sites: every value at a device parameter goes through the runtime's check), against
 the same line compiled as written, in one process, interleaved (best of rounds):
 
 - on the CPU (``--device cpu``: every test answers as under plain python; the calls that did not
@@ -46,6 +47,16 @@ SOURCE = textwrap.dedent(
 
     def move(x):
         return x.to(args.device)
+
+    def to_dtype(x):
+        half = torch.float32
+        return x.to(half)
+
+    def to_its_device(x):
+        return x.to(x.device)
+
+    def make_on(d):
+        return torch.zeros(2, device=d)
     """
 )
 
@@ -55,6 +66,9 @@ CASES = {
     "DTYPES[x.device.type]": ("table", "x"),
     "str(d).startswith('cuda')": ("prefix", "d"),
     "x.to(args.device)": ("move", "x"),
+    "x.to(half) (a dtype)": ("to_dtype", "x"),
+    "x.to(x.device)": ("to_its_device", "x"),
+    "torch.zeros(2, device=d)": ("make_on", "d"),
 }
 
 

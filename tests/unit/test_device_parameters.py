@@ -199,3 +199,31 @@ def test_the_program_s_own_code_checks_every_value_it_hands_to_torch() -> None:
     assert [s.kind for s in rewrite(source, program=True).sites] == ["device_argument"]
     # A test alone is still device-agnostic, even in the program.
     assert rewrite("ok = x.device.type == 'cuda'\n", program=True).sites == []
+
+
+# -- the runtime's check ---------------------------------------------------------------------
+
+
+def test_the_check_answers_cuda_s_names_and_passes_everything_else(monkeypatch) -> None:
+    from corpus._harness import accelerator, cpu
+    from dmlpatch.devices import resolution
+    from dmlpatch.runtime import sites as runtime
+
+    monkeypatch.setattr(resolution, "current", lambda: accelerator(0))
+    for cuda in ("cuda", "cuda:0", 0, torch.device("cuda"), torch.device("cuda", 0)):
+        assert str(runtime.device_argument(cuda)) == "privateuseone:0", cuda
+    tensor = torch.ones(1)
+    for other in (None, "cpu", -1, torch.float16, tensor, torch.device("cpu"), True, [0]):
+        assert runtime.device_argument(other) is other, other
+    assert runtime.map_location({"cuda:1": "cuda:0", "cpu": "cpu"}) == {
+        "cuda:1": "privateuseone:0",
+        "cpu": "cpu",
+    }
+    assert runtime.map_location("cpu") == "cpu"
+    assert runtime.device_type("cuda") == "privateuseone"
+    assert runtime.device_type("cpu") == "cpu"
+    assert runtime.pin_memory_device("cuda") == ""
+    # Under --device cpu CUDA's names are the CPU, as where dmlpatch chose it.
+    monkeypatch.setattr(resolution, "current", cpu)
+    assert runtime.device_argument("cuda:0") == "cpu"
+    assert runtime.device_type("cuda") == "cuda"

@@ -1,10 +1,10 @@
 """``dmlpatch scan``: find CUDA device sites in a package or source tree, without importing it.
 
-The sites are found by the same code that rewrites them
-(``dmlpatch.rewriting.transform.find_sites``), so what ``scan`` lists is exactly what a
-``[[rewrite]]`` entry would change. It also lists CUDA-only branches the rewriter leaves alone
-(``x.device.type == 'cpu'`` tests with a CUDA else), which usually need a ``[[wrap]]`` fix
-instead.
+The sites are found by the same code that rewrites them (``dmlpatch.rewriting.transform``),
+with the program's own code (outside site-packages) taken as the runner takes it, so what
+``scan`` lists is exactly what a run would change. It also lists CUDA-only branches the
+rewriter leaves alone (``x.device.type == 'cpu'`` tests with a CUDA else), which usually need
+a ``[[wrap]]`` fix instead.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from typing import NamedTuple, Optional
 
 from dmlpatch.errors import UsageError
-from dmlpatch.rewriting.transform import find_sites
+from dmlpatch.rewriting.discovery import is_program_path
+from dmlpatch.rewriting.transform import rewrite
 
 
 class Finding(NamedTuple):
@@ -62,7 +63,7 @@ def scan(target: str) -> list[Finding]:
         except OSError as error:
             raise UsageError(f"scan: cannot read {path}: {error.strerror}") from None
         try:
-            sites = find_sites(source, path)
+            sites = rewrite(source, path, program=is_program_path(path)).sites
             tree = ast.parse(source, path)
         except (SyntaxError, ValueError):
             continue  # not Python this interpreter can parse: nothing the rewriter would touch

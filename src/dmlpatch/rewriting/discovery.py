@@ -261,6 +261,15 @@ def _examine(source: bytes, origin: str, program: bool = False) -> Verdict:
     return Verdict(len(result.sites), result.unanswered, result.kept)
 
 
+def is_program_path(path: str) -> bool:
+    """Whether ``path`` is the program's own code for the rewriter (``transform.rewrite``'s
+    ``program``): outside site-packages and the standard library, as :class:`Discovery` tells
+    the program's modules from the libraries'."""
+    site, stdlib = _places()
+    path = os.path.abspath(path)
+    return not path.startswith(site) and not path.startswith(stdlib)
+
+
 def _root_of(fullname: str, origin: str) -> str:
     """The ``sys.path`` entry a module was found under (its top-level package's parent)."""
     depth = fullname.count(".") + 1

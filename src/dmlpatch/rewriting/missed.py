@@ -21,7 +21,6 @@ and ``dmlpatch check`` gives it as its verdict.
 from __future__ import annotations
 
 import linecache
-import os
 from types import TracebackType
 from typing import Optional
 
@@ -172,4 +171,6 @@ def _sites_on(path: str, line: int, source: Optional[bytes] = None) -> list[str]
 
 
 def _is_program(path: str) -> bool:
-    return "site-packages" not in path.split(os.sep) and "dist-packages" not in path.split(os.sep)
+    from dmlpatch.rewriting.discovery import is_program_path
+
+    return is_program_path(path)

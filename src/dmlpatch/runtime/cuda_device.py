@@ -152,7 +152,13 @@ def device_argument(value: Any) -> Any:
     values: this runs at every ``.to(x)`` of a rewritten module.
     """
     cls = value.__class__
-    if cls is str or cls is _torch_device() or (cls is int and value >= 0):
+    if cls is str or cls is _device_class:
+        if value in _not_cuda:  # "cpu", x.device: most values, seen before
+            return value
+        return device(value)
+    if cls is int:
+        return device(value) if value >= 0 else value
+    if _device_class is None and cls is _torch_device():
         return device(value)
     return value
 
