@@ -227,3 +227,24 @@ def test_the_check_answers_cuda_s_names_and_passes_everything_else(monkeypatch) 
     monkeypatch.setattr(resolution, "current", cpu)
     assert runtime.device_argument("cuda:0") == "cpu"
     assert runtime.device_type("cuda") == "cuda"
+
+
+@pytest.mark.parametrize("qualified", sorted(device_parameters.CALLABLES))
+def test_a_function_kept_as_written_finds_every_name_its_sites_call(qualified: str) -> None:
+    """Sites of a function that keeps CUDA's meaning call ``dmlpatch.runtime.as_written``:
+    each name the rewriter emits must be there, doing what the call as written did (anything
+    else falls through to ``torch.cuda`` and fails)."""
+    from dmlpatch.runtime import as_written
+
+    if qualified.startswith("torch.accelerator.") and not hasattr(torch, "accelerator"):
+        return  # torch 2.4.1 has none: nothing to find
+    for parameter in device_parameters.CALLABLES[qualified]:
+        for value in ("'cuda'", "gpu"):
+            source = _call(qualified, parameter, value)
+            tree = rewrite(source, runtime="dmlpatch.runtime.as_written", program=True).tree
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == (
+                    "__dmlpatch__"
+                ):
+                    # torch.cuda's own names (and torch.accelerator) are the real ones there.
+                    assert getattr(as_written, node.attr, None) is not None, (node.attr, source)

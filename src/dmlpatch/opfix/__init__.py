@@ -82,11 +82,13 @@ vision.sampling           ``grid_sampler_2d`` forward and backward (RT-DETR's de
 vision.sliding_blocks     ``im2col``/``col2im`` (``F.unfold``/``F.fold``), forward and backward
 ========================= ==========================================================================
 
-Two are PyTorch's gaps rather than DirectML's, and are installed for every profile:
+Three are PyTorch's gaps rather than DirectML's, and are installed for every profile:
 :mod:`dmlpatch.opfix.module_moves` keeps parameters the same objects when a module moves to or
-from the device (PyTorch replaces them for any ``PrivateUse1`` backend), and
+from the device (PyTorch replaces them for any ``PrivateUse1`` backend),
 :mod:`dmlpatch.opfix.sharing` stops a device tensor handed to another process with one line
-(there is no inter-process memory to share it through).
+(there is no inter-process memory to share it through), and
+:mod:`dmlpatch.opfix.device_module` gives the device's module what torch's own code asks of
+an accelerator's (its RNG state, current device...), which torch-directml's module lacks.
 
 A fix is installed only where the backend has the gap it fixes: on the simulated device per
 profile (:mod:`dmlpatch.gaps.profiles`), on real DirectML per torch-directml release

@@ -177,6 +177,9 @@ def cpu_kernel(
     schema = op._schema
     name = reported or op.name()
     on_the_cpu = _CPU_TWINS.get(name, op)
+    tensor_positions = {
+        i: argument.name for i, argument in enumerate(schema.arguments) if _takes_a_tensor(argument)
+    }
     written = [
         i
         for i, a in enumerate(schema.arguments)
@@ -216,8 +219,14 @@ def cpu_kernel(
         widen = upcast_half and name in _NO_CPU_HALF
         cpu_args = tree_map(to_cpu, args)
         cpu_kwargs = tree_map(to_cpu, kwargs)
+        run = on_the_cpu
+        if _numbers_for_tensors(tensor_positions, cpu_args, cpu_kwargs):
+            # A number where the schema takes a tensor: PyTorch wrapped a scalar (x * 2.0,
+            # fmod.Scalar's composite calling fmod.Tensor), and Python sees the number again.
+            # The operator's own overloads take it as the CPU does (fmod.Scalar).
+            run = _packet(op)
         try:
-            result = on_the_cpu(*cpu_args, **cpu_kwargs)
+            result = run(*cpu_args, **cpu_kwargs)
         except RuntimeError as error:
             # The CPU's own float16 kernel where this torch has one (its rounding is the
             # CPU's); float32 where it has none, learnt from the first refusal.
@@ -226,7 +235,7 @@ def cpu_kernel(
             _NO_CPU_HALF.add(name)
             upcast.append(True)
             cpu_args, cpu_kwargs = tree_map(_widened, (cpu_args, cpu_kwargs))
-            result = on_the_cpu(*cpu_args, **cpu_kwargs)
+            result = run(*cpu_args, **cpu_kwargs)
         target = device[0] if device else torch.device("privateuseone", 0)
         originals: dict[int, torch.Tensor] = {}
         for i in written:
@@ -263,6 +272,28 @@ def cpu_kernel(
         return moved
 
     return kernel
+
+
+def _takes_a_tensor(argument: Any) -> bool:
+    kind = str(argument.type)
+    return kind in ("Tensor", "Tensor?", "Optional[Tensor]")
+
+
+def _numbers_for_tensors(
+    positions: dict[int, str], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
+    number = (bool, int, float, complex)
+    return any(
+        isinstance(args[i], number) if i < len(args) else isinstance(kwargs.get(name), number)
+        for i, name in positions.items()
+    )
+
+
+def _packet(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    """The operator with every overload (``aten::fmod``), which picks the one the arguments
+    fit, as a Python call of it does."""
+    namespace, _, rest = op.name().partition("::")
+    return getattr(getattr(torch.ops, namespace), rest.partition(".")[0])
 
 
 #: The operators (by reported name) whose CPU kernel refused float16 in this process.

@@ -9,7 +9,8 @@ own code asks an accelerator's module for more, as it asks ``torch.cuda``:
   torch >= 2.6, AOTAutograd's RNG functionalisation: ``get_rng_state`` / ``set_rng_state``,
   ``default_generators``, ``_get_generator``;
 - ``torch._utils._get_device_index`` behind ``torch.load(f, "cuda")``, ``DataParallel`` and
-  ``torch.cuda._utils``: ``current_device``;
+  ``torch.cuda._utils``: ``current_device``; torch 2.4's ``DataLoader`` pinning thread:
+  ``set_device``;
 - the autograd profiler: ``synchronize``; ``torch.accelerator``'s lazy seeding: ``_lazy_call``.
 
 Without them each stops with ``AttributeError: type object 'PrivateUse1Module' has no attribute
@@ -49,6 +50,11 @@ def current_device() -> int:
     module = _module()
     default = getattr(module, "default_device", None)
     return int(default()) if callable(default) else 0
+
+
+def set_device(device: Any) -> None:
+    """DirectML has no current device to switch: every tensor names its adapter. (torch 2.4's
+    pinning thread calls it for a ``DataLoader(pin_memory_device="privateuseone")``.)"""
 
 
 def get_rng_state(device: Any = None) -> Any:
@@ -111,6 +117,7 @@ def _lazy_call(callable: Callable[[], Any], **kwargs: Any) -> None:
 #: What is added, by name: functions (static methods on a module that is a class).
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "current_device": current_device,
+    "set_device": set_device,
     "get_rng_state": get_rng_state,
     "set_rng_state": set_rng_state,
     "get_rng_state_all": get_rng_state_all,

@@ -42,6 +42,23 @@ def is_cuda_only(error: BaseException) -> bool:
     return any(words in text for words in CUDA_ONLY_ERRORS)
 
 
+def say(error: BaseException) -> None:
+    """Under a traceback of CUDA's own, the line :func:`explain` gives (nothing for any other
+    error): the runner's exit line."""
+    if not is_cuda_only(error):
+        return
+    from dmlpatch import log
+
+    try:
+        explained = explain(error)
+    except Exception as failure:  # a diagnosis must not hide the program's own error
+        if log.debug_enabled():
+            log.say(f"could not explain where CUDA reached torch: {failure!r}")
+        return
+    if explained is not None:
+        log.say(explained)
+
+
 def explain(error: BaseException) -> Optional[str]:
     """One line naming the call where CUDA reached torch and why dmlpatch did not answer it;
     None for any other error, or where no frame of the program's or a library's is found."""

@@ -82,9 +82,27 @@ def device(spec: Any = "cuda") -> Any:
     return spec
 
 
+def device_argument(value: Any) -> Any:
+    """A value at a device parameter, unchanged."""
+    return value
+
+
+map_location = device_type = pin_memory_device = device_keyword = device_argument
+
+
+def queue(original: Any, *args: Any, **kwargs: Any) -> Any:
+    """``torch.Stream(...)`` / ``torch.Event(...)``, unchanged."""
+    return original(*args, **kwargs)
+
+
 def cuda(obj: Any, *args: Any, **kwargs: Any) -> Any:
     """``obj.cuda(...)``, unchanged."""
     return obj.cuda(*args, **kwargs)
+
+
+def pin_memory(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    """``obj.pin_memory(...)``, unchanged."""
+    return obj.pin_memory(*args, **kwargs)
 
 
 def inference_mode(mode: Any = True) -> Any:

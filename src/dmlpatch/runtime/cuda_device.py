@@ -163,6 +163,15 @@ def device_argument(value: Any) -> Any:
     return value
 
 
+def device_keyword(value: Any) -> Any:
+    """A value at a keyword named ``device`` of a callee that may not be torch's: CUDA's names
+    as :func:`device_argument` answers them; an integer as it is (only torch is known to read
+    one as CUDA's ordinal)."""
+    if value.__class__ is int:
+        return value
+    return device_argument(value)
+
+
 def map_location(value: Any) -> Any:
     """``torch.load(f, map_location)``'s value, known only at run time: a device as
     :func:`device_argument` answers it; a dict's targets likewise (its keys are the locations

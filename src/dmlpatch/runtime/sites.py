@@ -28,6 +28,7 @@ from dmlpatch.runtime.cuda_device import current_device as current_device
 from dmlpatch.runtime.cuda_device import device as device
 from dmlpatch.runtime.cuda_device import device_argument as device_argument
 from dmlpatch.runtime.cuda_device import device_count as device_count
+from dmlpatch.runtime.cuda_device import device_keyword as device_keyword
 from dmlpatch.runtime.cuda_device import device_type as device_type
 from dmlpatch.runtime.cuda_device import empty_cache as empty_cache
 from dmlpatch.runtime.cuda_device import get_device_name as get_device_name

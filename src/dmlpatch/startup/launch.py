@@ -258,7 +258,9 @@ def run_program(options: Options, console_script: bool, judge: Optional[Judge] =
         trimmed = runner.program_traceback(error, program_file or main_file)
         # Chained exceptions are printed from __traceback__, so trim it on the exception too.
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
-        say_where_cuda_reached_torch(error)
+        from dmlpatch.rewriting import missed
+
+        missed.say(error)
         code = 1
     if judge is not None:
         code = judge.end(error, code)
@@ -269,20 +271,3 @@ def run_program(options: Options, console_script: bool, judge: Optional[Judge] =
         sys.excepthook = runner.printed_already
         raise error
     return code
-
-
-def say_where_cuda_reached_torch(error: BaseException) -> None:
-    """Under a traceback of CUDA's own (``Found no NVIDIA driver``...), the line that handed
-    torch CUDA's name and why dmlpatch did not answer it (:mod:`dmlpatch.rewriting.missed`)."""
-    from dmlpatch.rewriting import missed
-
-    if not missed.is_cuda_only(error):
-        return
-    try:
-        explained = missed.explain(error)
-    except Exception as failure:  # a diagnosis must not hide the program's own error
-        if log.debug_enabled():
-            log.say(f"could not explain where CUDA reached torch: {failure!r}")
-        return
-    if explained is not None:
-        log.say(explained)

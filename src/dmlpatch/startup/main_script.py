@@ -123,9 +123,9 @@ def _run_instead(namespace: dict[str, Any], source: bytes, path: str) -> None:
     except BaseException as error:
         trimmed = runner.program_traceback(error, path)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
-        from dmlpatch.startup import launch
+        from dmlpatch.rewriting import missed
 
-        launch.say_where_cuda_reached_torch(error)
+        missed.say(error)
         if isinstance(error, KeyboardInterrupt):
             # Python ends an interrupted program by SIGINT once it has shut down; it does so
             # for this one, whose traceback (the program's frames only) is printed already.

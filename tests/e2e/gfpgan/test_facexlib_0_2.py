@@ -60,8 +60,10 @@ def test_module_level_device_is_rewritten(assets, facexlib_0_2_5: Path, tmp_path
     assert patched["convs"] > 50 and patched["fallback"] == {} and patched["refused"] == {}
     rewritten = json.loads(report.read_text())["patches"]["facexlib"]["modules"]
     modules = {entry["module"]: entry["sites"] for entry in rewritten}
-    assert modules["facexlib.detection.retinaface"] == 2
-    assert modules["facexlib.alignment.awing_arch"] == 7  # the 0.2.x entry (.cuda() calls)
+    # Its module-level device, and the eight places it hands that device to torch.
+    assert modules["facexlib.detection.retinaface"] == 10
+    # the 0.2.x entry (.cuda() calls), and the device its load() hands to torch
+    assert modules["facexlib.alignment.awing_arch"] == 8
 
     # The same detection, plain, on the CPU (0.2.5's own choice there): the same face.
     cpu = detect("cpu")

@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 import dmlpatch.sim as sim
 from dmlpatch import opfix
+from dmlpatch.placement import fallbacks as placement_fallbacks
 
 PROFILE = "torch-directml-0.2.5"
 #: Operators outside ``torch.linalg`` that are linear algebra all the same.
@@ -188,6 +189,10 @@ def main(family: str, dtypes: list[torch.dtype]) -> None:
 
     sim.load(PROFILE)
     opfix.install("sim", PROFILE)
+    # As a run does: DirectML's CPU fallback served by dmlpatch's counting kernels (the
+    # path a program's fallbacks take: torch.fmod(x, 1.0) broke there, not in the simulator's
+    # own fallback, and these samples did not see it).
+    placement_fallbacks.install()
     device = sim.device(0)
     call = _gradients if family == "gradients" else _forward
 

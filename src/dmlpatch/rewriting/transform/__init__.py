@@ -13,14 +13,30 @@ Site kinds:
   ``runtime.CUDA_FUNCTIONS`` → ``__dmlpatch__.<f>(...)``.
 - ``device_literal``: ``'cuda'``, ``'cuda:N'``, ``f'cuda:{i}'``, ``'cuda:%d' % i``,
   ``'cuda:' + str(i)``, ``'cuda:{}'.format(i)`` where the value names a device →
-  ``__dmlpatch__.device(<expr>)``. A value names a device as an argument of ``torch.device`` /
-  ``torch.set_default_device``, the first argument of ``.to(...)``, a keyword argument whose
+  ``__dmlpatch__.device(<expr>)``. A value names a device as an argument of ``torch.device``,
+  at a device parameter of a torch callable, positional or keyword (``device_parameters``, the
+  table derived from torch's own signatures: ``torch.Generator('cuda')``, ``torch.load(f,
+  'cuda')``, ``x.to('cuda')``, ``nn.Linear(3, 4, True, 'cuda')``; there an integer literal is
+  CUDA's ordinal too: ``x.to(0)``), a keyword argument whose
   name ends in ``device`` or is ``map_location``, the default of a parameter whose name ends
   in ``device``, the value assigned to a name or attribute ending in ``device``, and the
   ``default=`` of ``add_argument('--device', ...)``, and what a function whose name ends in
   ``device`` or ``device_name`` returns (``get_device()``, ``get_device_name()``). Branches
   of ``a if c else b`` and operands of ``a or b`` in those places count too.
-  ``torch.device('cuda', i)`` becomes ``torch.device(__dmlpatch__.device(i))``.
+  ``torch.device('cuda', i)`` becomes ``torch.device(__dmlpatch__.device(i))``. A device
+  *type* (``torch.get_autocast_dtype('cuda')``) → ``__dmlpatch__.device_type(...)``, and a
+  ``DataLoader``'s ``pin_memory_device`` → ``__dmlpatch__.pin_memory_device(...)``.
+- ``device_argument``: any other value at a device parameter of a torch callable (a name, an
+  attribute, a subscript, a call: ``x.to(dev)``, ``torch.randn(2, device=cfg['dev'])``,
+  ``torch.load(f, where)``), or at a keyword named ``device``, ``map_location`` or
+  ``pin_memory_device`` on any call → ``__dmlpatch__.device_argument(value)`` (or the
+  ``map_location`` / ``device_type`` / ``pin_memory_device`` check of its kind), which answers
+  CUDA's names and passes every other value through. Dtypes (``torch.float16``, ``x.dtype``),
+  ``torch.device(...)`` calls (rewritten in themselves) and literals that are not CUDA's are
+  left alone. In the program's own code (``rewrite(..., program=True)``: the main script and
+  modules outside site-packages) these count alone: its devices may come from its command
+  line, environment or configs. Elsewhere only beside another site or a CUDA literal kept in a
+  name, a default or a dict (``dev = 'cuda'``), like ``device_value``.
 - ``device_literal`` also: a CUDA literal chosen in ``a if c else b`` against another
   device's name or by CUDA's availability (``dev = 'cuda' if torch.cuda.is_available() else
   'cpu'``, ``train(model, 'cuda' if use_gpu else 'cpu')``), and one assigned in an ``if`` whose
@@ -49,6 +65,8 @@ Site kinds:
   torch's except on DirectML, whose kernels refuse parameters inside it
   (``dmlpatch.runtime.inference``); with ``from torch import inference_mode``, its calls and
   its use as a bare decorator.
+- ``cuda_api``: ``torch.Stream(...)`` / ``torch.Event(...)`` → ``__dmlpatch__.queue(torch.Stream,
+  ...)``: DirectML has neither; on the adapter they are ``torch.cuda.Stream``'s answers.
 - ``cuda_api``: ``torch.cuda.<name>`` for ``name`` in ``cuda_api.NAMES``
   (``get_device_properties``, memory statistics, ``Stream``, ``Event``, ``device``,
   ``FloatTensor``...), called or not → ``__dmlpatch__.torch_cuda.<name>``; ``from torch.cuda

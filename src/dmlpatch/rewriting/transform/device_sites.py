@@ -113,7 +113,9 @@ class DeviceSites(Walker):
             if named.arg in _DEVICE_KEYWORDS:
                 # torch's own parameter names, on a callee not resolved to torch (an alias,
                 # a wrapper that passes them on): every value goes through the check.
-                named.value = self.argument(named.value, _DEVICE_KEYWORDS[named.arg])
+                named.value = self.argument(
+                    named.value, _DEVICE_KEYWORDS[named.arg], of_torch=False
+                )
             elif _names_device(named.arg):
                 named.value = self.device_value(named.value, computed=_holds_device(named.value))
 
@@ -139,23 +141,26 @@ class DeviceSites(Walker):
                 if named.arg == name:
                     named.value = self.argument(named.value, kind)
 
-    def argument(self, node: ast.expr, kind: str) -> ast.expr:
+    def argument(self, node: ast.expr, kind: str, of_torch: bool = True) -> ast.expr:
         """The value at a device parameter of ``kind``: a CUDA literal becomes the target at
         import; any value that may name a device at run time goes through the runtime's
         check (``__dmlpatch__.device_argument`` and its kin), which passes everything but
-        CUDA's names through untouched."""
+        CUDA's names through untouched. Not ``of_torch`` (a keyword named ``device`` on a
+        callee that may be anyone's), an integer is left as it is: torch takes one for CUDA's
+        ordinal, but others read it their own way (safetensors' ``safe_open(device=0)`` is the
+        current accelerator)."""
         if kind == "cuda_api":
             return node  # the runtime's CUDA API answers the whole call
         if kind == "devices":
             return self._listed_device(node)
         if isinstance(node, ast.IfExp):
-            node.body = self.argument(node.body, kind)
-            node.orelse = self.argument(node.orelse, kind)
+            node.body = self.argument(node.body, kind, of_torch)
+            node.orelse = self.argument(node.orelse, kind, of_torch)
             return node
         if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-            node.values = [self.argument(value, kind) for value in node.values]
+            node.values = [self.argument(value, kind, of_torch) for value in node.values]
             return node
-        if _says_cuda(node) or (kind != "device_type" and _is_ordinal(node)):
+        if _says_cuda(node) or (of_torch and kind != "device_type" and _is_ordinal(node)):
             self.site(node, "device_literal")
             # A device's name is the target's at import; a device type or a device to pin
             # memory for is answered by the runtime, as its kind says.
@@ -168,7 +173,8 @@ class DeviceSites(Walker):
         ):
             return node  # torch.device(...) is rewritten in itself: never CUDA's now
         self.site(node, "device_argument")
-        return runtime_call(_CHECKS[kind], [node], node)
+        check = _CHECKS[kind] if of_torch or kind != "device" else "device_keyword"
+        return runtime_call(check, [node], node)
 
     def _device_call(self, node: ast.Call) -> None:
         """``torch.device(...)``: the type argument names a device; ``('cuda', i)`` keeps ``i``."""
