@@ -213,6 +213,17 @@ def test_diffusers_readme_snippet_samples_on_the_device_as_on_the_cpu(tmp_path: 
     assert results["sim"]["device"] == "privateuseone:0"
     assert results["cpu"]["device"] == "cpu"
     assert results["sim"]["values"] == pytest.approx(results["cpu"]["values"], abs=1e-5)
+    # As the rest of diffusers' docs load one: device_map="cuda" (the diffusers spec).
+    mapped = tmp_path / "mapped.py"
+    mapped.write_text(
+        README.replace("(sys.argv[1])", '(sys.argv[1], device_map="cuda")').replace(
+            'pipeline.to("cuda")\n', ""
+        ),
+        encoding="utf-8",
+    )
+    run = run_python(["-m", "dmlpatch", "--device", "sim", str(mapped), str(saved)], env=env)
+    assert run.code == 0, run.err[-3000:]
+    assert json.loads(run.out)["values"] == pytest.approx(results["cpu"]["values"], abs=1e-5)
 
 
 QUEUES = """

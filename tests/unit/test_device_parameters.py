@@ -183,6 +183,7 @@ def test_device_parameter_sites(snippet: str, expected: list[tuple[str, str]]) -
         "def xp_device_type(a) -> Literal['cpu', 'cuda']:\n    return a.to(d)",
         # Never a device: dtypes, memory formats, the CPU, -1 (the CPU to the libraries).
         "x.cuda()\nx.to(torch.float16)\nx.to(y.dtype)\nx.to(memory_format=torch.channels_last)",
+        "x.cuda()\nx.to(weight_dtype)\nx.to(self.compute_dtype)\nx.to(dtype)",
         "x.cuda()\ntorch.load(f, 'cpu')\nx.to('cpu')\npipeline(device=-1)",
     ],
 )

@@ -370,10 +370,13 @@ def _is_ordinal(node: ast.expr) -> bool:
 
 
 def _is_dtype(node: ast.expr, torch_names: set[str]) -> bool:
-    """``torch.float16``, ``x.dtype``: a dtype (or memory format) where ``.to`` also takes one."""
+    """``torch.float16``, ``x.dtype``, ``weight_dtype``: a dtype (or memory format) where
+    ``.to`` also takes one; a value named for a dtype is never a device."""
+    if isinstance(node, ast.Name):
+        return node.id.lower().endswith("dtype")
     if not isinstance(node, ast.Attribute):
         return False
-    if node.attr == "dtype":
+    if node.attr.lower().endswith("dtype"):
         return True
     return (
         node.attr in _DTYPES and isinstance(node.value, ast.Name) and node.value.id in torch_names
