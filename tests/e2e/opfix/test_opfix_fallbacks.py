@@ -4,6 +4,7 @@ rounding; without it they fall back, with DirectML's warning."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -188,3 +189,42 @@ def test_bincount_errors_match_the_cpu(dev: torch.device) -> None:
     for bad in (torch.tensor([1, -1]), torch.ones(2, 2, dtype=torch.long)):
         with pytest.raises(RuntimeError, match="bincount only supports 1-d non-negative"):
             torch.bincount(bad.to(dev))
+
+
+SCALAR_FALLBACKS = """
+import json, torch
+from torchvision.transforms import functional as TF
+
+torch.manual_seed(0)
+image = torch.rand(2, 3, 8, 8, device="cuda")
+x = torch.randn(16, device="cuda") * 3
+out = torch.empty(16, device="cuda")
+torch.fmod(x, 1.5, out=out)
+results = {
+    "fmod": torch.fmod(x, 1.0).tolist(),
+    "method": x.fmod(0.5).tolist(),
+    "inplace": x.clone().fmod_(2).tolist(),
+    "out": out.tolist(),
+    "integers": torch.fmod(torch.arange(-6, 6, device="cuda"), 4).tolist(),
+    "hue": TF.adjust_hue(image, 0.1).flatten().tolist(),
+}
+print(json.dumps(results))
+"""
+
+
+def test_fallbacks_given_a_python_number_where_the_schema_takes_a_tensor(tmp_path) -> None:
+    """torch.fmod(x, 1.0) falls back on DirectML through fmod.Scalar's composite, which hands
+    fmod.Tensor a wrapped number: the counting CPU kernel a run installs called fmod.Tensor
+    with a float ('Expected a value of type Tensor'), which stopped torchvision's adjust_hue
+    (ColorJitter(hue=...)). Equal to the CPU, as a program runs it."""
+    from tests.support import clean_env, run_python
+
+    script = tmp_path / "scalars.py"
+    script.write_text(SCALAR_FALLBACKS, encoding="utf-8")
+    runs = {}
+    for device in ("sim", "cpu"):
+        run = run_python(["-m", "dmlpatch", "--device", device, str(script)], env=clean_env())
+        assert run.code == 0, run.err[-3000:]
+        runs[device] = json.loads(run.out)
+    for key, expected in runs["cpu"].items():
+        assert runs["sim"][key] == pytest.approx(expected, abs=1e-6), key
