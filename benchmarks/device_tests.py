@@ -1,6 +1,6 @@
-"""What a rewritten test of the device costs (``cuda_test``, ``device_value`` and ``device_argument``
-sites: every value at a device parameter goes through the runtime's check), against
-the same line compiled as written, in one process, interleaved (best of rounds):
+"""What a rewritten test of the device costs (``cuda_test``, ``device_value`` and
+``device_argument`` sites: every value at a device parameter goes through the runtime's
+check), against the same line compiled as written, in one process, interleaved (best of rounds):
 
 - on the CPU (``--device cpu``: every test answers as under plain python; the calls that did not
   need a rewrite);

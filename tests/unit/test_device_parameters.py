@@ -127,6 +127,7 @@ def test_a_cuda_literal_and_a_name_at_each_parameter_are_rewritten(qualified: st
         ("from torch import Generator\nGenerator('cuda')", [("device_literal", "'cuda'")]),
         ("torch.load(f, 'cuda')", [("device_literal", "'cuda'")]),
         ("torch.jit.load(f, 'cuda:0')", [("device_literal", "'cuda:0'")]),
+        ("from torch.serialization import load\nload(f, 'cuda')", [("device_literal", "'cuda'")]),
         ("from torch import nn\nnn.Linear(3, 4, True, 'cuda')", [("device_literal", "'cuda'")]),
         (
             "import torch.nn as tnn\ntnn.Conv2d(3, 4, 3, device='cuda')",

@@ -123,7 +123,8 @@ def _merged(old: Optional[Parameter], new: Parameter) -> Parameter:
 
 
 def _callables(torch: Any) -> Iterator[tuple[str, Any, bool]]:
-    seen: set[int] = set()
+    """Each public callable by every name the walked namespaces give it (``torch.load`` and
+    ``torch.serialization.load`` are one function, imported either way)."""
     for module_name in MODULES:
         module = _resolve(module_name)
         if not isinstance(module, types.ModuleType):
@@ -135,10 +136,12 @@ def _callables(torch: Any) -> Iterator[tuple[str, Any, bool]]:
             home = getattr(obj, "__module__", None) or ""
             if not home.startswith("torch") and module_name != "torch":
                 continue  # re-exported from elsewhere (typing, builtins)
-            key = id(obj)
-            if key in seen:
-                continue
-            seen.add(key)
+            if (
+                isinstance(obj, type)
+                and module_name != "torch"
+                and not home.startswith(module_name)
+            ):
+                continue  # a class its module imports for its own use (torch.fft's Tensor)
             yield f"{module_name}.{name}", obj, False
     for class_name in METHOD_CLASSES:
         cls = _resolve(class_name)
