@@ -151,7 +151,9 @@ def device_argument(value: Any) -> Any:
     untouched. Three identity tests decide most
     values: this runs at every ``.to(x)`` of a rewritten module.
     """
-    cls = value.__class__
+    # type(), not __class__: torch 2.4's Dynamo answers __class__ of a traced string with
+    # something that is not str, and the check would pass "cuda" through a compiled forward.
+    cls = type(value)
     if cls is str or cls is _device_class:
         if value in _not_cuda:  # "cpu", x.device: most values, seen before
             return value
@@ -167,7 +169,7 @@ def device_keyword(value: Any) -> Any:
     """A value at a keyword named ``device`` of a callee that may not be torch's: CUDA's names
     as :func:`device_argument` answers them; an integer as it is (only torch is known to read
     one as CUDA's ordinal)."""
-    if value.__class__ is int:
+    if type(value) is int:
         return value
     return device_argument(value)
 
@@ -185,7 +187,7 @@ def device_type(value: Any) -> Any:
     """A device *type* where torch takes one (``torch.get_autocast_dtype("cuda")``,
     ``torch.Stream(device_type=...)``): ``"cuda"`` is the target's type on an accelerator;
     anything else, and ``"cuda"`` where the process runs on a CUDA GPU or the CPU, as it is."""
-    if value.__class__ is not str or value != "cuda":
+    if type(value) is not str or value != "cuda":
         return value
     resolution = _resolution.current()
     if not (resolution.patches_needed and resolution.is_accelerator):

@@ -83,15 +83,21 @@ import torch.nn as nn
 torch.manual_seed(0)
 
 
+dev = "cuda"
+
+
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.lin = nn.Linear(8, 8)
+        self.where = dev
 
     def forward(self, x):
         noise = torch.zeros(x.shape, device="cuda")
         scale = torch.full((8,), 0.5).cuda()
         mask = torch.ones(8, device=torch.device("cuda"))
+        # CUDA's name held in an attribute, checked at run time: Dynamo must see the adapter.
+        x = x.to(self.where) + torch.zeros(8, device=self.where)
         if x.device.type == "cuda":
             mask = mask * 2
         if x.is_cuda and torch.cuda.is_available():
