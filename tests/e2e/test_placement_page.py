@@ -10,9 +10,11 @@ directory), whose long file the page shows as the lines that computed, with cont
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from selenium import webdriver
@@ -20,7 +22,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from support import clean_env, run_python
+from support import Result, clean_env, run_python
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -126,6 +128,101 @@ def checked(workspace: Path) -> tuple[Path, str]:
     return workspace / "page" / "index.html", verdict.removeprefix("verdict: ")
 
 
+#: Two kinds of compute on the CPU: a layer of the program's whose product goes through
+#: DirectML's CPU fallback (addbmm) and an operator outside the layers (svdvals), so that the
+#: share of all model compute and the layers' alone differ: one of them is said everywhere.
+SHARED = """
+import torch
+from torch import nn
+
+
+class Mixer(nn.Module):
+    def forward(self, x):
+        return torch.addbmm(torch.zeros(64, 64, device=x.device), x, x)
+
+
+torch.manual_seed(0)
+encoder = nn.Sequential(nn.Linear(64, 64), nn.ReLU()).cuda()
+mixer = Mixer()
+with torch.no_grad():
+    for step in range(2):
+        x = encoder(torch.randn(16, 64, 64, device="cuda"))
+        y = mixer(x)
+        s = torch.linalg.svdvals(torch.randn(256, 256, device="cuda"))
+print("done")
+"""
+
+#: Directory names that make a path far wider than a 1280-pixel window, with nowhere to break.
+LONG_DIRECTORIES = ("a_directory_whose_name_goes_on_and_on_" * 5, "and_one_nested_inside_it_" * 8)
+
+
+@pytest.fixture(scope="module")
+def long_checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Result, dict[str, Any]]:
+    """``check --html --json`` of :data:`SHARED` kept at a very long path: the page, the
+    terminal's lines and the JSON."""
+    root = tmp_path_factory.mktemp("long")
+    home = root.joinpath(*LONG_DIRECTORIES)
+    home.mkdir(parents=True)
+    (home / "program.py").write_text(SHARED)
+    result = run_python(
+        [
+            "-m",
+            "dmlpatch",
+            "check",
+            "--html",
+            "page",
+            "--json",
+            "check.json",
+            str(home / "program.py"),
+        ],
+        cwd=root,
+        env=clean_env(),
+    )
+    assert result.code == 0, result.err
+    assert result.out == "done\n"
+    return root / "page" / "index.html", result, json.loads((root / "check.json").read_text())
+
+
+def test_the_page_the_terminal_and_the_json_give_one_share_in_one_wording(
+    browser: WebDriver, long_checked: tuple[Path, Result, dict[str, Any]]
+) -> None:
+    page, result, data = long_checked
+    compute = data["compute"]
+    assert {entry["operator"] for entry in compute["cpu_fallbacks"]} == {
+        "aten::addbmm",
+        "aten::_linalg_svd.U",
+    }
+    device_share = compute["device_share"]
+    assert 0.8 < device_share < 0.97, compute
+    browser.get(page.as_uri())
+    share = browser.find_element(By.ID, "share").text
+    (terminal,) = [line for line in result.err_lines if line.startswith("model compute: ")]
+    assert share == terminal
+    on_cpu = round(100 * (1 - device_share))
+    assert share.startswith(f"model compute: {on_cpu}% of model compute ("), share
+    meter = browser.find_element(By.CSS_SELECTOR, ".meter")
+    assert meter.get_attribute("aria-label") == f"{100 - on_cpu}% on privateuseone:0"
+    bar = browser.find_element(By.CSS_SELECTOR, ".meter-device").get_attribute("style")
+    width = re.fullmatch(r"width: ([\d.]+)%;", bar)
+    assert width is not None and float(width.group(1)) == round(100 * device_share, 1), bar
+
+
+def test_a_long_path_does_not_widen_the_page_past_the_window(
+    browser: WebDriver, long_checked: tuple[Path, Result, dict[str, Any]]
+) -> None:
+    page, _, _ = long_checked
+    browser.set_window_size(1280, 1000)
+    try:
+        browser.get(page.as_uri())
+        assert browser.execute_script("return window.innerWidth") == 1280
+        shown = browser.find_element(By.CSS_SELECTOR, "section.file.program .path").text
+        assert shown.endswith("/program.py") and LONG_DIRECTORIES[1] in shown.replace("\n", "")
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 1280
+    finally:
+        browser.set_window_size(1300, 1000)
+
+
 def _program_row(browser: WebDriver, line: int) -> object:
     section = browser.find_element(By.CSS_SELECTOR, "section.file.program")
     return section.find_element(By.ID, f"{section.get_attribute('id')}-L{line}")
@@ -139,9 +236,15 @@ def test_the_page_shows_the_verdict_and_the_device_share(
     assert browser.find_element(By.ID, "verdict").text == verdict
     assert verdict.startswith("runs on DirectML with 2 fallbacks")
     share = browser.find_element(By.ID, "share").text
-    # The CPU head is 256x4 of the 8x256 + 256x256 model's work per row: a small share.
-    assert re.fullmatch(r"\d+% of the layers' compute ran on privateuseone:0", share), share
-    assert 95 <= int(share.split("%")[0]) < 100
+    # The terminal's words (the CPU head is 256x4 of the 8x256 + 256x256 model's work per row,
+    # and the fallbacks' little more): a small share.
+    said = re.fullmatch(
+        r"model compute: (\d+)% of model compute \([\d.]+ MFLOP of [\d.]+ MFLOP\) ran on the "
+        r"CPU, not on privateuseone:0; 2 operators through DirectML's CPU fallback \(.*\)",
+        share,
+    )
+    assert said is not None, share
+    assert 1 <= int(said.group(1)) <= 5
     assert browser.find_element(By.CSS_SELECTOR, "header .program").text == (
         "program.py on privateuseone:0"
     )

@@ -173,13 +173,22 @@ def headline(section: dict[str, Any]) -> str:
         )
     if share == 0:
         return f"all model compute ({flops_text(total)}) ran on {device}{through}"
-    percent = round(100 * share)
-    said = f"{percent}%" if percent or share >= 0.005 else "less than 1%"
     on_cpu = flops_text(section["on_cpu"]["flops"])
     return (
-        f"{said} of model compute ({on_cpu} of {flops_text(total)}) "
+        f"{share_text(share)} of model compute ({on_cpu} of {flops_text(total)}) "
         f"ran on the CPU, not on {device}{through}"
     )
+
+
+def share_text(share: float) -> str:
+    """``8%``: whole percents, except where rounding would say none, or all, of a share that
+    is neither (the headline's CPU share and the page's device share say the same figure)."""
+    percent = round(100 * share)
+    if percent == 0 and share > 0:
+        return "less than 1%"
+    if percent == 100 and share < 1:
+        return "more than 99%"
+    return f"{percent}%"
 
 
 def fallback_clause(section: dict[str, Any]) -> str:

@@ -77,44 +77,27 @@ def write(path: str, report: Report) -> None:
         handle.write(text)
 
 
-def _share(compute: dict[str, Any]) -> Optional[float]:
+def _header(report: Report) -> str:
+    # The terminal's words and the JSON's share (``device_share``), not a figure of the page's
+    # own: one run gives one account wherever it is read.
     from dmlpatch.placement import summary
 
-    if not compute:
-        return None
-    share = summary.layers_cpu_share(compute)
-    return None if share is None else 1.0 - share
-
-
-def _header(report: Report) -> str:
-    share = _share(report.compute)
-    if share is None:
-        meter = '<p class="share" id="share">no layer computed</p>'
-    else:
-        percent = 100 * share
-        shown = _percent(percent)
-        meter = (
-            f'<p class="share" id="share"><span class="share-value">{shown}</span> of the '
-            f"layers' compute ran on {_e(report.device)}</p>"
-            f'<div class="meter" role="img" aria-label="{shown} on the device">'
-            f'<div class="meter-device" style="width:{percent:.1f}%"></div></div>'
-        )
+    compute = report.compute
+    meter = '<p class="share" id="share">no layer computed</p>'
+    if compute:
+        meter = f'<p class="share" id="share">model compute: {_e(summary.headline(compute))}</p>'
+        share = compute.get("device_share")
+        if share is not None:
+            label = f"{summary.share_text(share)} on {report.device}"
+            meter += (
+                f'<div class="meter" role="img" aria-label="{_e(label)}">'
+                f'<div class="meter-device" style="width:{100 * share:.1f}%"></div></div>'
+            )
     return (
         f'<header><h1>dmlpatch placement report</h1><p class="program"><code>'
         f"{_e(report.program)}</code> on <strong>{_e(report.device)}</strong></p>"
         f'<p class="verdict" id="verdict">{_e(report.verdict)}</p>{meter}</header>'
     )
-
-
-def _percent(value: float) -> str:
-    """Whole percents, except near the ends, where rounding would say all or none."""
-    if value in (0.0, 100.0) or 1 <= value <= 99:
-        return f"{value:.0f}%"
-    if value < 0.1:
-        return "less than 0.1%"
-    if value > 99.9:
-        return "more than 99.9%"
-    return f"{value:.1f}%"
 
 
 #: Who made the page, as :attr:`Report.made_by` says.
@@ -293,7 +276,10 @@ def _file_section(
                 f'<td class="src">{code}</td></tr>'
                 f'<tr class="why" hidden><td></td><td><ul>{details}</ul></td></tr>'
             )
-        body = f'<table class="source"><tbody>{"".join(rows)}</tbody></table>'
+        body = (
+            f'<div class="source-box"><table class="source"><tbody>{"".join(rows)}</tbody>'
+            "</table></div>"
+        )
     return (
         f'<section class="file {shown.kind}" id="{anchor}"><h2>{_e(title)}</h2>'
         f'<p class="path">{_e(os.path.abspath(shown.path))}</p>{body}</section>'
