@@ -159,7 +159,7 @@ class _Judge:
         from dmlpatch.placement import summary
 
         compute = summary.compute(self.placement.ledger, self.selected.device, self.selected.type)
-        _fallback_copies(compute, counters)
+        _fallbacks_as_counted(compute, rows)
         divergence = self.shadow.divergence if self.shadow is not None else None
         outcome = judge(rows, counters, error, code if error is None else 0, divergence, compute)
         backend = self.selected.backend
@@ -234,14 +234,21 @@ def first_frame(stack: str) -> Optional[str]:
     return found
 
 
-def _fallback_copies(compute: dict[str, Any], counters: dict[str, Any]) -> None:
-    """The copies each fallback made, as the backend's counters saw them (the operator counter
-    sees calls, not copies)."""
-    copies = counters.get("copies", {})
-    for entry in compute["cpu_fallbacks"]:
-        cost = copies.get(entry["operator"])
-        if cost is not None:
-            entry["copies"], entry["bytes"] = cost["count"], cost["bytes"]
+def _fallbacks_as_counted(compute: dict[str, Any], rows: list[Row]) -> None:
+    """The fallbacks the headline names are the table's: the backend counts every call that
+    reaches the device, so its calls, copies and bytes are the one count. The operator counter
+    adds what only it knows (the work, the line, the time); a fallback it never saw (run in a
+    thread of the program's own, outside its dispatch mode) is named with no estimate."""
+    named = {entry["operator"]: entry for entry in compute["cpu_fallbacks"]}
+    for row in rows:
+        if row.how != "fallback":
+            continue
+        entry = named.get(row.op)
+        if entry is None:
+            entry = {"operator": row.op, "flops": 0, "estimated_by": None, "seconds": 0.0}
+            entry["at"] = row.first_call
+            compute["cpu_fallbacks"].append(entry)
+        entry["calls"], entry["copies"], entry["bytes"] = row.calls, row.copies, row.bytes
 
 
 def _first_line(error: Optional[BaseException]) -> Optional[str]:

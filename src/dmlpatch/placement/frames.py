@@ -72,7 +72,7 @@ def display(path: str) -> str:
 def caller(depth: int = 1) -> Caller:
     """The innermost frame outside torch and dmlpatch above the caller's ``depth``-th frame,
     and whether data loading, a transform or a module's construction is on the stack."""
-    frame: Optional[FrameType] = sys._getframe(depth + 1)
+    frame = _frame_above(depth + 1)
     site: Optional[Site] = None
     loading = building = False
     while frame is not None:
@@ -93,10 +93,20 @@ def caller(depth: int = 1) -> Caller:
 def site(depth: int = 1) -> Optional[Site]:
     """The innermost frame outside torch and dmlpatch above the caller's ``depth``-th frame:
     :func:`caller` without the walk to the top that data loading and set-up need."""
-    frame: Optional[FrameType] = sys._getframe(depth + 1)
+    frame = _frame_above(depth + 1)
     while frame is not None:
         code = frame.f_code
         if not internal(code.co_filename):
             return Site(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
     return None
+
+
+def _frame_above(depth: int) -> Optional[FrameType]:
+    """The frame ``depth`` levels above this function's caller, or None where the stack is
+    not that deep: on autograd's device thread torch 2.4 calls a dispatch mode straight from
+    C++, so the mode's own frame is the thread's only one (torch 2.14 adds Dynamo's two)."""
+    try:
+        return sys._getframe(depth + 1)
+    except ValueError:
+        return None
