@@ -86,6 +86,12 @@ ENTRY_TESTS: dict[str, object] = {
             "embedding-bag",
         )
     },
+    "antialiased-resize": [
+        "tests/e2e/opfix/test_opfix_resizing.py::test_without_the_fix_directml_copies_every_resize_through_the_cpu",
+        "tests/e2e/opfix/test_opfix_resizing.py::test_antialiased_resizes_equal_the_cpu_forward_and_backward",
+        "tests/e2e/opfix/test_opfix_resizing.py::test_exact_nearest_resizes_equal_the_cpu_bit_for_bit",
+        "tests/e2e/opfix/test_opfix_resizing.py::test_torchvision_transforms_resize_a_batch_on_the_device_as_on_the_cpu",
+    ],
     "linalg": [
         "tests/e2e/opfix/test_opfix_everyday.py::test_without_dmlpatch_directml_falls_back",
         "tests/e2e/opfix/test_opfix_everyday.py::test_fixed_on_device_equal_to_cpu_without_copies",

@@ -29,7 +29,9 @@ _pending: Optional[Union[str, Callable[[], Optional[str]]]] = None
 #: Whether a line waits for the device's first use (read by the allocation and copy kernels).
 pending = False
 _announced = False
-_handed_out = False
+#: How many times a rewritten site or fix handed the device out (the pytest plugin tells which
+#: tests asked for it by the count before and after each).
+_hand_outs = 0
 
 
 def resolved(chosen: Resolution) -> None:
@@ -135,12 +137,17 @@ def device_reached() -> None:
 
 def device_used() -> None:
     """A rewritten site or fix handed the device to the program (cheap after the first call)."""
-    global _handed_out
-    _handed_out = True
+    global _hand_outs
+    _hand_outs += 1
     if _pending is not None:
         device_reached()
 
 
 def handed_out() -> bool:
     """Whether a rewritten CUDA site or a library fix gave the program its device."""
-    return _handed_out
+    return _hand_outs > 0
+
+
+def hand_outs() -> int:
+    """How many times a rewritten CUDA site or a library fix gave the program its device."""
+    return _hand_outs

@@ -485,6 +485,32 @@ FAILURES: tuple[Failure, ...] = (
         "report's ops.fallback and dmlpatch check name each one",
     ),
     Failure(
+        "antialiased-resize",
+        "antialiased resizing (F.interpolate(antialias=True), the default of torchvision's "
+        "transforms.v2.Resize on tensors) and exact nearest resizing "
+        "(InterpolationMode.NEAREST_EXACT, F.interpolate(mode='nearest-exact')), forward and "
+        "backward",
+        _fallback("aten::_upsample_bilinear2d_aa.out"),
+        "0.2.5 op list; torchvision's own transform tests on the device (120 calls, 27 MB "
+        "copied each way per call)",
+        (
+            "aten::_upsample_bilinear2d_aa",
+            "aten::_upsample_bilinear2d_aa_backward",
+            "aten::_upsample_bicubic2d_aa",
+            "aten::_upsample_bicubic2d_aa_backward",
+            "aten::_upsample_nearest_exact1d",
+            "aten::_upsample_nearest_exact2d",
+            "aten::_upsample_nearest_exact3d",
+        ),
+        "op list",
+        "CPU fallback with DirectML's warning, copies counted",
+        "kernel",
+        "dmlpatch.opfix.vision.resizing: separable banded weights (antialiased) or source "
+        "indices (exact nearest) computed on the host once per size and kept on the device; "
+        "per call a gather, multiply and sum per resized dimension, no read-back (float16 in "
+        "float32, as CUDA); uint8 and float64 still through the CPU",
+    ),
+    Failure(
         "upsample-nearest1d",
         "F.interpolate(mode='nearest') on 3-D input (audio models)",
         _fallback("aten::upsample_nearest1d.out"),
@@ -854,13 +880,12 @@ FAILURES: tuple[Failure, ...] = (
         "half-cpu-fallback",
         "float16 arguments to an operator DirectML runs on the CPU whose CPU kernel has no "
         "float16 (antialiased resizes, grid_sample on torch 2.4, max_unpool, trace): float16 "
-        "programs that run on CUDA",
+        "programs that run on CUDA (the antialiased resizes are now composed on the device: "
+        "entry antialiased-resize)",
         "NotImplementedError: \"compute_index_ranges_weights\" not implemented for 'Half'",
         "PyTorch's CPU kernels (OpInfo samples in float16, torch 2.4.1 and 2.14); a peer image "
         "library's float16 test run",
         (
-            "aten::_upsample_bilinear2d_aa",
-            "aten::_upsample_bicubic2d_aa",
             "aten::max_unpool2d",
             "aten::trace",
             "aten::adaptive_max_pool3d",

@@ -79,6 +79,8 @@ vision.detection          torchvision's ``nms``, ``roi_align``, ``roi_pool``, ``
                           ``ps_roi_pool``, ``deform_conv2d`` and their backwards
 vision.pooling            ``avg_pool2d``/``avg_pool3d`` with ``divisor_override``
 vision.sampling           ``grid_sampler_2d`` forward and backward (RT-DETR's deformable attention)
+vision.resizing           ``_upsample_bilinear2d_aa``/``_upsample_bicubic2d_aa`` (antialiased
+                          ``Resize``), ``_upsample_nearest_exact1d/2d/3d``, forward and backward
 vision.sliding_blocks     ``im2col``/``col2im`` (``F.unfold``/``F.fold``), forward and backward
 ========================= ==========================================================================
 
@@ -131,6 +133,7 @@ FAMILIES = (
     "layers.losses",
     "tensors.sparse",
     "vision.sampling",
+    "vision.resizing",
     "tensors.indexing",
     "optimizers.foreach",
     "optimizers.fused",

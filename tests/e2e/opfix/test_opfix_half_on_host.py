@@ -20,13 +20,9 @@ def _pooled() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 CASES: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
-    "antialiased resize": (
-        "aten::_upsample_bilinear2d_aa",
-        lambda x: F.interpolate(x, size=(5, 5), mode="bilinear", antialias=True),
-    ),
-    "bicubic antialiased resize": (
-        "aten::_upsample_bicubic2d_aa",
-        lambda x: F.interpolate(x, size=(6, 3), mode="bicubic", antialias=True),
+    "multi_margin_loss": (
+        "aten::multi_margin_loss",
+        lambda x: F.multi_margin_loss(x.reshape(16, 8), torch.arange(16).remainder(8).to(x.device)),
     ),
     "trace": ("aten::trace", lambda x: torch.trace(x[0, 0])),
     "max_unpool2d": (
@@ -60,9 +56,11 @@ def test_without_dmlpatch_a_float16_resize_stops(dev: torch.device) -> None:
 
 def test_float32_calls_are_directmls_fallback(dev: torch.device) -> None:
     x = torch.randn(1, 2, 8, 8)
-    got = F.interpolate(x.to(dev), size=(5, 5), mode="bilinear", antialias=True)
+    sim.reset_counters()
+    got = F.adaptive_max_pool3d(x.to(dev), 3)
     assert got.dtype == torch.float32
-    assert torch.equal(got.cpu(), F.interpolate(x, size=(5, 5), mode="bilinear", antialias=True))
+    assert torch.equal(got.cpu(), F.adaptive_max_pool3d(x, 3))
+    assert sim.counters()["ops"]["fallback"] == {"aten::adaptive_max_pool3d": 1}
 
 
 def test_where_the_cpu_has_float16_its_own_kernel_runs(dev: torch.device) -> None:

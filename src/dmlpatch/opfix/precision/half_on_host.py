@@ -23,12 +23,9 @@ from dmlpatch.opfix.cpu_ops import cpu_kernel
 
 #: Operators CUDA runs in float16 whose CPU kernels (torch 2.4 to 2.14) do not: found by
 #: running PyTorch's OpInfo samples in float16 on the CPU (``benchmarks/`` and the tests name
-#: them); all overloads of each.
+#: them); all overloads of each. The antialiased resizes were here until
+#: :mod:`dmlpatch.opfix.vision.resizing` composed them on the device.
 OPERATORS = (
-    "_upsample_bilinear2d_aa",
-    "_upsample_bilinear2d_aa_backward",
-    "_upsample_bicubic2d_aa",
-    "_upsample_bicubic2d_aa_backward",
     "grid_sampler_2d",
     "grid_sampler_2d_backward",
     "grid_sampler_3d",
