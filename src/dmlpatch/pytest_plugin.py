@@ -15,12 +15,19 @@ dmlpatch's finder back in front of pytest's.
 
 pytest captures stderr while it collects and runs tests, so dmlpatch's lines (``running on ...``,
 warnings) said then are held and shown in a ``dmlpatch`` section of the terminal summary
-instead of landing in a test's captured output. ``-p no:dmlpatch`` turns the plugin off: conftest
+instead of landing in a test's captured output. That section also says where the tests ran,
+test by test (:mod:`dmlpatch.placement.by_test`): how many on the device, how many on the CPU as
+parametrized, and a warning for each test that asked for CUDA and ran on the CPU, in place of the
+whole session's exit warning. ``-p no:dmlpatch`` turns the plugin off: conftest
 and test modules then load as pytest has them, their device choices as under plain python, and
 one line at exit says so.
 """
 
 from __future__ import annotations
+
+import sys
+
+import pytest
 
 from dmlpatch import log
 from dmlpatch.rewriting import hook
@@ -29,7 +36,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ast
     import types
-    from typing import Any
+    from collections.abc import Iterator
+    from typing import Any, Optional
 
     from dmlpatch.rewriting.composition import Composer
 
@@ -63,8 +71,41 @@ def _composer(loader: Any) -> Composer:
 _held: list[str] = []
 
 
+def _by_test() -> Optional[types.ModuleType]:
+    """The per-test account, where the process counts where compute runs (a suite that never
+    imported torch counts nothing, and pays nothing)."""
+    if not _patched or "dmlpatch.placement.ledger" not in sys.modules:
+        return None
+    from dmlpatch.placement import by_test
+
+    return by_test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
+    """A test's compute, from before its fixtures to after its teardown."""
+    account = _by_test()
+    if account is not None:
+        account.begin()
+    yield
+    if account is not None:
+        account.end(item.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: Any) -> None:
+    """The test's arguments, fixtures set up: its device is the value of ``device``."""
+    account = _by_test()
+    if account is not None:
+        account.called(getattr(item, "funcargs", None) or {})
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """dmlpatch's lines (``running on ...``, warnings) in a section of their own."""
+    """dmlpatch's lines (``running on ...``, where the tests ran, warnings) in a section of
+    their own."""
+    account = _by_test()
+    if account is not None:
+        account.say()
     if _held:
         terminalreporter.section("dmlpatch", sep="-")
         for line in _held:
@@ -76,6 +117,9 @@ def pytest_unconfigure(config: Any) -> None:
     """Lines from here on (the exit's) go to stderr, where pytest no longer captures; any
     held line no summary showed (``-p no:terminal``, an xdist worker) goes there too."""
     if _patched:
+        account = _by_test()
+        if account is not None:
+            account.say()
         log.divert(None)
         for line in _held:
             log.say(line.partition("dmlpatch: ")[2])

@@ -292,3 +292,107 @@ def test_typeguard_is_composed_and_jaxtyping_named(tmp_path: Path) -> None:
         "(jaxtyping._import_hook._JaxtypingLoader), which dmlpatch cannot compose with, so "
         "their device choices stayed as under plain python: shaped"
     )
+
+
+#: A suite as peers write theirs: each device test once on the CPU and once on CUDA (from a
+#: helper, as torchvision's ``cpu_and_cuda()``), a fixture's device, a test that never mentions
+#: CUDA, and one that asks for CUDA yet computes on the CPU (its layer never moved). The CPU
+#: tests compare with an explicit ``.to("cpu")``, which the whole session's exit warning took for
+#: the cause of all the CPU compute.
+ACCOUNTED = {
+    "conftest.py": PARAMETRIZED["conftest.py"]
+    + """
+
+        @pytest.fixture
+        def device():
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        """,
+    "devices.py": PARAMETRIZED["devices.py"],
+    "test_layers.py": """
+        import pytest
+        import torch
+        from devices import cpu_and_cuda
+
+
+        @pytest.mark.parametrize("device", cpu_and_cuda())
+        def test_conv(device):
+            conv = torch.nn.Conv2d(3, 8, 3).to(device)
+            out = conv(torch.ones(2, 3, 16, 16, device=device))
+            expected = torch.nn.functional.conv2d(
+                torch.ones(2, 3, 16, 16), conv.weight.cpu(), conv.bias.cpu()
+            )
+            torch.testing.assert_close(out.to("cpu"), expected)
+
+
+        @pytest.mark.parametrize("dev", cpu_and_cuda())
+        def test_linear(dev):
+            assert torch.nn.Linear(16, 4).to(dev)(torch.ones(2, 16, device=dev)).shape == (2, 4)
+
+
+        def test_fixture_device(device):
+            assert torch.nn.Linear(16, 4).to(device)(torch.ones(2, 16, device=device)).sum() != 0
+
+
+        def test_never_mentions_the_device():
+            assert torch.nn.Linear(16, 4)(torch.ones(2, 16)).shape == (2, 4)
+
+
+        def test_asks_for_cuda_and_stays_on_the_cpu():
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            layer = torch.nn.Linear(32, 32)
+            assert layer(torch.ones(8, 32)).device != device
+        """,
+}
+#: The line of test_asks_for_cuda_and_stays_on_the_cpu's layer call.
+ASKED_LINE = (
+    textwrap.dedent(ACCOUNTED["test_layers.py"])
+    .splitlines()
+    .index("    assert layer(torch.ones(8, 32)).device != device")
+    + 1
+)
+
+
+def test_a_suite_is_accounted_test_by_test_and_warns_only_for_a_test_that_asked_for_cuda(
+    tmp_path: Path,
+) -> None:
+    for name, text in ACCOUNTED.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    report = tmp_path / "report.json"
+    result = _pytest(
+        tmp_path,
+        "-m",
+        "dmlpatch",
+        "run",
+        "--device",
+        "sim",
+        "pytest",
+        "test_layers.py",
+        report=report,
+    )
+    assert "7 passed" in result.out, result.out + result.err
+    assert (
+        "dmlpatch: tests by where they ran: 3 on privateuseone:0, 2 on the CPU as parametrized, "
+        "1 on the CPU despite asking for CUDA, 1 on the CPU, never asking for CUDA"
+    ) in result.out.splitlines(), result.out
+    said = (result.out + result.err).splitlines()
+    warnings = [line for line in said if line.startswith("dmlpatch: warning:")]
+    assert warnings == [
+        "dmlpatch: warning: test_layers.py::test_asks_for_cuda_and_stays_on_the_cpu asked for "
+        "CUDA and was given privateuseone:0, yet 100% of its model compute (16.9 kFLOP of 16.9 "
+        f"kFLOP) ran on the CPU (first at test_layers.py:{ASKED_LINE} in "
+        "test_asks_for_cuda_and_stays_on_the_cpu)"
+    ], result.out + result.err
+    assert not any("likely cause" in line for line in said)
+    compute = json.loads(report.read_text())["compute"]
+    assert compute["likely_cause"] is None
+    tests = compute["tests"]
+    assert [entry["test"] for entry in tests.pop("warned")] == [
+        "test_layers.py::test_asks_for_cuda_and_stays_on_the_cpu"
+    ]
+    assert tests == {
+        "on_device": 3,
+        "on_cpu_as_parametrized": 2,
+        "asked_for_cuda_but_on_cpu": 1,
+        "on_cpu_never_asking_for_cuda": 1,
+        "no_layer_and_no_device_argument": 0,
+    }

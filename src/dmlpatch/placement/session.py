@@ -130,6 +130,12 @@ def section() -> Optional[dict[str, Any]]:
 
             log.info(f"could not summarise where compute ran: {error!r}")
             return None
+        by_test = sys.modules.get("dmlpatch.placement.by_test")
+        if by_test is not None and by_test.counted():
+            # A test suite, each test judged alone by the pytest plugin: a cause found for the
+            # whole session would name one test's deliberate CPU placement for all of them.
+            _section["tests"] = by_test.as_dict()
+            _section["likely_cause"] = None
     return _section
 
 

@@ -267,7 +267,10 @@ def explain(section: dict[str, Any]) -> list[str]:
 
 
 def exit_warning(section: dict[str, Any], argv: list[str]) -> Optional[str]:
-    """The one line an ordinary run says at exit, or None when most compute ran on the device."""
+    """The one line an ordinary run says at exit, or None when most compute ran on the device
+    or the run was a test suite (the pytest plugin warned test by test)."""
+    if section.get("tests") is not None:
+        return None
     share = layers_cpu_share(section)
     if share is None or share <= MOST:
         return None
