@@ -63,3 +63,12 @@ def say_once(key: str, message: str) -> None:
             return
         _said.add(key)
     say(message)
+
+
+def swallowed(where: str, error: BaseException) -> None:
+    """An error a path that must never break the program (the accounting) caught and dropped:
+    said once per place and error type under ``DMLPATCH_DEBUG=1``, so that a count that came
+    out short can be traced."""
+    if debug_enabled():
+        kind = type(error).__name__
+        say_once(f"swallowed:{where}:{kind}", f"debug: {where} dropped a call: {kind}: {error}")

@@ -3,6 +3,7 @@ counter's attribution of CPU calls to source lines, data loading and modules bei
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -99,3 +100,35 @@ class _Squares(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.ones(3, 3) @ torch.ones(3, 3)
+
+
+def test_the_accounting_says_what_it_dropped_under_debug_and_nothing_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dmlpatch import log
+    from dmlpatch.environment_variables import DMLPATCH_DEBUG
+    from dmlpatch.placement import fallbacks
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise TypeError("a count that cannot be made")
+
+    said: list[str] = []
+    monkeypatch.setattr(log, "_said", set())
+    log.divert(said.append)
+    monkeypatch.setattr(fallbacks, "_count", broken)
+    monkeypatch.setattr(operators.Counter, "_count", broken)
+    try:
+        for debug in ("0", "1", "1"):
+            monkeypatch.setenv(DMLPATCH_DEBUG, debug)
+            fallbacks._observe("aten::addbmm", (), None, 2, 64, 0.0)
+            with operators.Counter():
+                assert torch.ones(3).sum().item() == 3.0  # the program goes on
+            ledger.stop()
+    finally:
+        log.divert(None)
+    assert said == [
+        "dmlpatch: debug: the count of a CPU fallback dropped a call: TypeError: a count that "
+        "cannot be made",
+        "dmlpatch: debug: the count of an operator dropped a call: TypeError: a count that "
+        "cannot be made",
+    ]

@@ -28,6 +28,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from dmlpatch import log
 from dmlpatch.placement import families, frames, ledger
 
 #: FLOPs that fallbacks ran on the CPU inside a heavy layer's current call.
@@ -165,8 +166,8 @@ def _observe(
     family = families.operator_family(short) if name.startswith("aten::") else None
     try:
         _count(name, short, family, args, result, copies, nbytes, seconds)
-    except Exception:
-        return
+    except Exception as error:
+        log.swallowed("the count of a CPU fallback", error)
 
 
 def _count(

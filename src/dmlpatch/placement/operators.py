@@ -25,6 +25,7 @@ from torch._C import _is_tracing
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from dmlpatch import log
 from dmlpatch.placement import families, frames, ledger
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Counter(TorchDispatchMode):
         finally:
             self._records = outer
         seconds = perf_counter() - started
-        with contextlib.suppress(Exception):  # accounting never breaks the program
+        try:  # accounting never breaks the program
             through_cpu = next((name for kind, name in records if kind == "fallback"), None)
             if self.ledger.keeps_lines:
                 site = frames.site(depth=1)
@@ -102,6 +103,8 @@ class Counter(TorchDispatchMode):
                     if kind == "fixed":
                         self.ledger.note_device_line(site, families.OTHER, 0, name)
             self._count(func, args, kwargs, result, seconds, through_cpu)
+        except Exception as error:
+            log.swallowed("the count of an operator", error)
         return result
 
     def _count(
