@@ -16,7 +16,7 @@ import weakref
 from typing import Any, Optional
 
 from torch import nn
-from torch._C import _is_tracing
+from torch._C import _get_dispatch_mode, _is_tracing, _TorchDispatchModeKey
 from torch.compiler import is_compiling
 from torch.nn.modules import module as _module
 from torch.utils.hooks import RemovableHandle
@@ -49,9 +49,10 @@ def install() -> ledger.Ledger:
             family = family_of(type(module))
         if family is None:
             return
-        if _is_tracing():
-            # torch.jit.trace runs the forward once more to record it: not the program's
-            # compute, and shapes there are traced tensors that the trace would record too.
+        if _is_tracing() or _traced_by_the_compiler():
+            # torch.jit.trace runs the forward once more to record it, torch 2.4's compiler
+            # to trace it: not the program's compute, and shapes there are traced tensors
+            # that the trace would record too.
             return
         try:
             _count(book, family, module, inputs, output)
@@ -62,6 +63,17 @@ def install() -> ledger.Ledger:
     if _ANY_GLOBAL_HOOK is not None:
         _module._has_any_global_hook = _has_any_global_hook_but_ours
     return book
+
+
+_FAKE = _TorchDispatchModeKey.FAKE
+
+
+def _traced_by_the_compiler() -> bool:
+    """Whether torch.compile is running a layer to trace it, not to compute: torch 2.4's Dynamo
+    keeps layers as calls in its graph and runs them where ``is_compiling()`` is false, three
+    times a graph (its example values, AOTAutograd's functional and proxy passes), each on fake
+    tensors. Torch >= 2.5 inlines the layers, so their hooks never run there."""
+    return _get_dispatch_mode(_FAKE) is not None
 
 
 def uninstall() -> None:
