@@ -30,14 +30,18 @@ __all__ = ["__version__", "describe", "device", "patch", "unpatch"]
 def device() -> Any:
     """The ``torch.device`` this process targets (resolving it on first call)."""
     from dmlpatch.devices import resolution
+    from dmlpatch.startup import commitment
 
+    commitment.register()
     return resolution.current().torch_device()
 
 
 def describe() -> dict[str, Any]:
     """Backend, device, adapter name(s) and why they were chosen."""
     from dmlpatch.devices import resolution
+    from dmlpatch.startup import commitment
 
+    commitment.register()
     return resolution.current().as_dict()
 
 

@@ -259,19 +259,39 @@ def test_public_device_and_describe() -> None:
     assert json.loads(result.out.splitlines()[1])["adapter"] == "Simulated UHD (integrated)"
 
 
-def test_op_fixes_are_installed_where_the_process_commits_to_the_device() -> None:
-    """resolve() answers; current() commits, and only then are DirectML's op fixes installed."""
+def test_op_fixes_are_installed_by_start_up_s_hook_when_the_process_commits() -> None:
+    """resolve() answers and current() commits, and neither installs anything: the fixes come
+    from the hook start-up registers, before the resolution is published (or at once, for a
+    resolution already made)."""
     program = (
         "import json\n"
         "from dmlpatch import opfix\n"
         "from dmlpatch.devices import resolution\n"
+        "from dmlpatch.startup import commitment\n"
+        "seen = []\n"
+        "resolution.on_commit(lambda chosen: seen.append(resolution.resolved_or_none()))\n"
         "answer = resolution.resolve('sim')\n"
-        "before = opfix.installed()\n"
         "resolution.configure('sim')\n"
         "chosen = resolution.current()\n"
-        "after = opfix.installed()\n"
-        "print(json.dumps([answer.backend, before is None, chosen.backend, after is not None]))\n"
+        "bare = opfix.installed()\n"
+        "commitment.register()\n"
+        "late = opfix.installed()\n"
+        "print(json.dumps([answer.backend, chosen.backend, seen, bare is None,"
+        " late is not None]))\n"
     )
     result = run_python(["-c", program])
     assert result.code == 0, result.err
-    assert json.loads(result.out) == ["sim", True, "sim", True]
+    assert json.loads(result.out) == ["sim", "sim", [None], True, True]
+    program = (
+        "import json\n"
+        "from dmlpatch import opfix\n"
+        "from dmlpatch.devices import resolution\n"
+        "from dmlpatch.startup import commitment\n"
+        "commitment.register()\n"
+        "resolution.configure('cpu')\n"
+        "resolution.current()\n"
+        "print(json.dumps(opfix.installed() is None))\n"
+    )
+    result = run_python(["-c", program])
+    assert result.code == 0, result.err
+    assert json.loads(result.out) is True

@@ -5,8 +5,10 @@ The graph is built from the source, not by importing it: an edge ``a -> b`` is a
 import name``, relative forms alike), wherever it stands. Imports inside functions count as
 much as those at the top: a lazy import only moves the moment the cycle closes to a call, where
 it fails as a half-initialised module just as well, and a reader still has to hold both modules
-in mind to understand either. Not counted: imports under ``if TYPE_CHECKING:`` (they never run),
-modules named in strings and imported dynamically (a rewritten module's runtime), and the
+in mind to understand either. Imports under ``if TYPE_CHECKING:`` count for cycles too: they never
+run, but a module that names another's types depends on it all the same, and a cycle hidden that
+way (resolution -> operator fixes -> allocation -> announcement -> resolution) was one. Not
+counted: modules named in strings and imported dynamically (a rewritten module's runtime), and the
 package a module belongs to (importing ``a.b`` runs ``a/__init__`` first; that is how packages
 are built, and an explicit ``from a import name`` is counted like any other import).
 """
@@ -53,8 +55,9 @@ def _imported(node: ast.AST, package: str) -> list[str]:
     return [f"{module}.{alias.name}" for alias in node.names]
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """Each module of the package at ``root`` -> the package's modules it imports."""
+def import_graph(root: Path, type_checking: bool = True) -> dict[str, set[str]]:
+    """Each module of the package at ``root`` -> the package's modules it imports; with
+    ``type_checking`` False, only those imports that run (not under ``if TYPE_CHECKING:``)."""
     modules = _modules(root)
     top = root.name
 
@@ -72,7 +75,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
         while pending:
             node = pending.pop()
             for child in ast.iter_child_nodes(node):
-                if _is_type_checking(child):
+                if not type_checking and _is_type_checking(child):
                     assert isinstance(child, ast.If)
                     pending.extend(child.orelse)  # the else branch runs
                     continue
@@ -135,7 +138,7 @@ def test_no_module_of_dmlpatch_imports_itself_back() -> None:
 
 def test_a_lazy_cycle_through_a_package_is_found(tmp_path: Path) -> None:
     """The check itself: a cycle closed by an import inside a function, through a package's
-    relative import, is reported; one under TYPE_CHECKING is not."""
+    relative import, is reported; so is one closed under TYPE_CHECKING."""
     package = tmp_path / "dmlpatch"
     (package / "inner").mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -148,13 +151,19 @@ def test_a_lazy_cycle_through_a_package_is_found(tmp_path: Path) -> None:
     )
     (package / "e.py").write_text("from dmlpatch import d\n")
     graph = import_graph(package)
-    assert cycles(graph) == [["dmlpatch.a", "dmlpatch.c", "dmlpatch.inner.b"]]
+    assert cycles(graph) == [
+        ["dmlpatch.a", "dmlpatch.c", "dmlpatch.inner.b"],
+        ["dmlpatch.d", "dmlpatch.e"],
+    ]
+    assert cycles(import_graph(package, type_checking=False)) == [
+        ["dmlpatch.a", "dmlpatch.c", "dmlpatch.inner.b"]
+    ]
 
 
 def test_the_runtime_never_imports_the_rewriter() -> None:
     """Rewritten code runs ``dmlpatch.runtime``; the rewriter only reads its name lists. A
     runtime module importing the rewriter would load the parser into every rewritten call."""
-    graph = import_graph(SOURCE)
+    graph = import_graph(SOURCE, type_checking=False)
     runtime = {
         name: imports for name, imports in graph.items() if name.startswith("dmlpatch.runtime")
     }
@@ -162,5 +171,20 @@ def test_the_runtime_never_imports_the_rewriter() -> None:
     reaching = {
         name: sorted(i for i in imports if i.startswith("dmlpatch.rewriting"))
         for name, imports in runtime.items()
+    }
+    assert not any(reaching.values()), reaching
+
+
+def test_resolving_a_device_installs_nothing() -> None:
+    """The device package answers where work runs; what committing to an answer sets up (the
+    operator fixes) is start-up's hook, so no device module reaches the fixes."""
+    graph = import_graph(SOURCE)
+    devices = {
+        name: imports for name, imports in graph.items() if name.startswith("dmlpatch.devices")
+    }
+    assert "dmlpatch.devices.resolution" in devices
+    reaching = {
+        name: sorted(i for i in imports if i.startswith(("dmlpatch.opfix", "dmlpatch.startup")))
+        for name, imports in devices.items()
     }
     assert not any(reaching.values()), reaching

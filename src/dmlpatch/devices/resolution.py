@@ -4,8 +4,9 @@ Specs: ``auto`` (default), ``dml``, ``dml:N``, ``dml:N,M``, ``dml:NAME`` (case-i
 substring of the adapter name), ``privateuseone:N`` (same as ``dml:N``), ``sim``, ``sim:N``,
 ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``. The spec comes from :func:`configure`, else
 ``$DMLPATCH_DEVICE``, else ``auto``. Parsing needs no torch; resolving imports it.
-:func:`resolve` only answers; :func:`current` commits the process to the answer, and is where a
-DirectML backend gets its operator fixes installed.
+:func:`resolve` only answers; :func:`current` commits the process to the answer and runs the
+hooks start-up registered with :func:`on_commit` (the operator fixes of a DirectML backend,
+:mod:`dmlpatch.startup.commitment`) before anyone else sees it. This module installs nothing.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ _configured: Optional[str] = None
 _current: Optional[Resolution] = None
 _resolving = False
 _listeners: list[Callable[[Resolution], None]] = []
+#: What committing to a resolution sets up, registered by start-up (:func:`on_commit`).
+_commit_hooks: list[Callable[[Resolution], None]] = []
 
 
 def configure(spec: Optional[str]) -> None:
@@ -164,16 +167,34 @@ def current() -> Resolution:
             _resolving = True
             try:
                 resolved = resolve(configured_spec())
-                # Committing the process to a DirectML backend is the one place its operator
-                # gaps get their on-device fixes; resolve() only answers.
-                if resolved.backend in ("sim", "directml"):
-                    install_op_fixes(resolved.backend)
+                # Before the answer is published: no thread may reach the device before what
+                # committing to it sets up (the operator fixes) is in place.
+                for hook in list(_commit_hooks):
+                    hook(resolved)
             finally:
                 _resolving = False
             _current = resolved
             for listener in _listeners:
                 listener(resolved)
         return _current
+
+
+def on_commit(hook: Callable[[Resolution], None]) -> None:
+    """Call ``hook`` with the resolution when the process commits to it, before it is
+    published; now, if it already is. Registering a hook twice changes nothing."""
+    with _lock:
+        if hook in _commit_hooks:
+            return
+        _commit_hooks.append(hook)
+        if _current is not None:
+            hook(_current)
+
+
+def forget_on_commit(hook: Callable[[Resolution], None]) -> None:
+    """Undo :func:`on_commit`."""
+    with _lock:
+        if hook in _commit_hooks:
+            _commit_hooks.remove(hook)
 
 
 def resolving() -> bool:
@@ -290,13 +311,6 @@ def _resolve_sim(spec: Spec) -> Resolution:
         tuple(names[i] for i in indices),
         f"requested {spec.text}: simulated DirectML device, profile {sim.profile()}",
     )
-
-
-def install_op_fixes(backend: str) -> None:
-    """DirectML's operator gaps (``dmlpatch.opfix``) fixed on the device of ``backend``."""
-    from dmlpatch import opfix
-
-    opfix.install_for(backend)
 
 
 def _select(spec: Spec, names: tuple[str, ...], what: str) -> tuple[int, ...]:

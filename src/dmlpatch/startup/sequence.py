@@ -124,6 +124,9 @@ def start(
     if engine.disabled():
         return Startup(False)
     handle = Startup(True)
+    from dmlpatch.startup import commitment
+
+    commitment.register()
     spec = device or resolution.configured_spec()
     try:
         if strict:
