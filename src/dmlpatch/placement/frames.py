@@ -23,10 +23,20 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-# No separator at the end: torchvision, torchaudio and torch-directml sit beside torch and
-# count as torch's own code too (the line that matters is the one that called into them).
+from dmlpatch import origins
+
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 _DMLPATCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# torchvision, torchaudio and torch-directml sit beside torch and count as torch's own code too
+# (the line that matters is the one that called into them); torch_geometric and torchmetrics
+# sit there too but are libraries like any other, so each is named, not torch's prefix.
+_OWN = (
+    *(
+        os.path.join(os.path.dirname(_TORCH), name) + os.sep
+        for name in ("torch", "torchvision", "torchaudio", "torch_directml", "functorch")
+    ),
+    _DMLPATCH,
+)
 _LOADING = (
     os.path.join(_TORCH, "utils", "data") + os.sep,
     os.sep + os.path.join("torchvision", "transforms") + os.sep,
@@ -52,13 +62,14 @@ class Caller(NamedTuple):
 
 
 def internal(path: str) -> bool:
-    """A file of torch (and its siblings) or dmlpatch, or one Python made up (``<frozen ...>``,
-    ``<string>``): never the line where the program ran something."""
+    """A file of torch (and its siblings) or dmlpatch, one Python made up (``<frozen ...>``,
+    ``<string>``) or one a package wrote at run time (:mod:`dmlpatch.origins`): never the line
+    where the program ran something."""
     if path.startswith("<"):
         return True
     if not os.path.isabs(path):
         path = os.path.abspath(path)
-    return path.startswith((_TORCH, _DMLPATCH))
+    return path.startswith(_OWN) or origins.generated(path)
 
 
 def display(path: str) -> str:

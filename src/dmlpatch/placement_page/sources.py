@@ -14,6 +14,8 @@ import sysconfig
 import tokenize
 from typing import NamedTuple, Optional
 
+from dmlpatch import origins
+
 #: Lines shown above and below each computing line of a library's file.
 CONTEXT = 3
 #: A program's file longer than this is shown as a library's is.
@@ -46,7 +48,11 @@ def _library_roots() -> tuple[str, ...]:
 
 
 def kind_of(path: str, roots: Optional[tuple[str, ...]] = None) -> str:
-    """``library`` for a file inside an installed-package directory, else ``program``."""
+    """``library`` for a file inside an installed-package directory, else ``program``; a module
+    a package wrote at run time is of that package's kind (:mod:`dmlpatch.origins`)."""
+    generator = origins.owner(path)
+    if generator is not None:
+        path = generator
     real = os.path.realpath(path)
     inside = roots if roots is not None else _library_roots()
     if real.startswith(inside) or f"{os.sep}site-packages{os.sep}" in real:

@@ -264,7 +264,11 @@ def _examine(source: bytes, origin: str, program: bool = False) -> Verdict:
 def is_program_path(path: str) -> bool:
     """Whether ``path`` is the program's own code for the rewriter (``transform.rewrite``'s
     ``program``): outside site-packages and the standard library, as :class:`Discovery` tells
-    the program's modules from the libraries'."""
+    the program's modules from the libraries'; a module a package wrote at run time is of that
+    package's kind (:mod:`dmlpatch.origins`)."""
+    from dmlpatch import origins
+
+    path = origins.owner(path) or path
     site, stdlib = _places()
     path = os.path.abspath(path)
     return not path.startswith(site) and not path.startswith(stdlib)
