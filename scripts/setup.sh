@@ -79,6 +79,18 @@ if [ ! -d .cache/yolov5-7.0.14/yolov5 ]; then
     yolov5==7.0.14 pandas==3.1.1 seaborn==0.13.2 setuptools==80.10.2 huggingface-hub==0.24.7 \
     roboflow==1.7.3 requests-toolbelt==1.0.0 python-dotenv==1.2.4 pillow-avif-plugin==1.6.0
 fi
+# The lightning package beside the venv, for its `fabric` console script and the click its CLI
+# needs (tests/e2e/libraries/test_lightning.py); the venv's pytorch-lightning serves the rest.
+if [ ! -d .cache/lightning-2.6.6/lightning ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/lightning-2.6.6 lightning==2.6.6 click==8.3.1
+fi
+# torch_geometric (pure Python: it writes its layers' propagate into temporary modules) beside
+# the venv (tests/e2e/libraries/test_torch_geometric.py); jinja2, tqdm and psutil are the venv's.
+if [ ! -d .cache/torch_geometric-2.6.1/torch_geometric ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    --target .cache/torch_geometric-2.6.1 torch_geometric==2.6.1
+fi
 # facexlib 0.2.5 (module-level device choice, early 2024) for its version-gated rules.
 if [ ! -d .cache/facexlib-0.2.5/facexlib ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \

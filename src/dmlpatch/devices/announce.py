@@ -12,13 +12,14 @@ processes, most of which never touch a device, say ``running on cpu`` only when 
 from __future__ import annotations
 
 import os
+import sys
 
 from dmlpatch import log
 from dmlpatch.environment_variables import DMLPATCH_ANNOUNCE_RANK_ZERO
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Optional, Union
+    from typing import Any, Callable, Optional, Union
 
     from dmlpatch.devices.resolution import Resolution
 
@@ -29,6 +30,8 @@ _pending: Optional[Union[str, Callable[[], Optional[str]]]] = None
 #: Whether a line waits for the device's first use (read by the allocation and copy kernels).
 pending = False
 _announced = False
+#: The file name importlib's own frames carry (its import machinery is frozen into python).
+_BOOTSTRAP = "<frozen importlib._bootstrap>"
 #: How many times a rewritten site or fix handed the device out (the pytest plugin tells which
 #: tests asked for it by the count before and after each).
 _hand_outs = 0
@@ -136,11 +139,29 @@ def device_reached() -> None:
 
 
 def device_used() -> None:
-    """A rewritten site or fix handed the device to the program (cheap after the first call)."""
+    """A rewritten site or fix handed the device to the program (cheap after the first call).
+
+    A hand-out while a module is being imported (a default argument, a module's constant:
+    ``lightning.pytorch``'s ``default_device="cuda"``) says nothing yet: importing a library
+    places nothing, and a launcher that imports it only starts the processes that compute (the
+    ``fabric run`` CLI's parent, beside its one rank). The line then waits for the first use
+    outside an import, or the first tensor on the device."""
     global _hand_outs
     _hand_outs += 1
-    if _pending is not None:
+    if _pending is not None and not _importing():
         device_reached()
+
+
+def _importing() -> bool:
+    """Whether an import is under way on this thread's stack (walked only while a line
+    waits)."""
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_find_and_load" and code.co_filename == _BOOTSTRAP:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def handed_out() -> bool:

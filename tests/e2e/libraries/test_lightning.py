@@ -10,11 +10,12 @@ after ``fit``. Before dmlpatch rewrote tests of the device and kept parameters a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from support import clean_env, run_python
+from support import REPO, clean_env, run_python
 
 TRAINER = """
 import json, os, sys
@@ -246,3 +247,55 @@ def test_ddp_over_two_adapters_trains_as_ddp_over_two_cpu_processes(tmp_path: Pa
         assert found[rank]["root_device"] == f"privateuseone:{rank}"
         assert found[rank]["losses"] == pytest.approx(expected[rank]["losses"], rel=1e-5)
         assert found[rank]["weight"] == pytest.approx(expected[0]["weight"], rel=1e-5)
+
+
+# -- the fabric CLI ------------------------------------------------------------------------------
+# `fabric run` is the console script of the `lightning` package (pytorch-lightning ships none),
+# which lives beside the venv with the click its CLI needs (scripts/setup.sh;
+# $DMLPATCH_LIGHTNING may point elsewhere). Its launcher imports lightning.pytorch, whose
+# LightningModule has a default_device="cuda" parameter, then starts the one rank through
+# torchrun: the launcher said "running on" at that import, and the rank said it again.
+
+LIGHTNING = Path(os.environ.get("DMLPATCH_LIGHTNING", str(REPO / ".cache" / "lightning-2.6.6")))
+
+FABRIC_CLI = """
+import json
+import torch
+from lightning.fabric import Fabric
+
+fabric = Fabric()  # the CLI's options reach it through LT_* variables
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+model, optimizer = fabric.setup(model, optimizer)
+data = torch.utils.data.TensorDataset(torch.randn(40, 8), torch.randn(40, 1))
+loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(data, batch_size=10))
+losses = []
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    fabric.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    losses.append(loss.item())
+print(json.dumps({"losses": losses, "device": str(fabric.device)}))
+"""
+
+
+def test_the_fabric_cli_on_one_device_says_where_it_runs_once(tmp_path: Path) -> None:
+    assert (LIGHTNING / "lightning").is_dir(), f"run scripts/setup.sh: no {LIGHTNING}"
+    env = clean_env(PYTHONPATH=str(LIGHTNING))
+    (tmp_path / "program.py").write_text(FABRIC_CLI)
+    options = ["--devices=1", "--main-port=29431", "program.py"]
+    cpu = ["-m", "lightning.fabric.cli", "--accelerator=cpu", *options]  # the CLI's command
+    on_cpu = run_python(cpu, cwd=tmp_path, env=env)
+    assert on_cpu.code == 0, on_cpu.err[-3000:]
+    run = ["-m", "dmlpatch", "run", "--device", "sim", "fabric", "run", "--accelerator=cuda"]
+    found = run_python([*run, *options], cwd=tmp_path, env=env, timeout=600)
+    assert found.code == 0, found.err[-3000:]
+    expected = json.loads(on_cpu.out.splitlines()[-1])
+    result = json.loads(found.out.splitlines()[-1])
+    assert result["device"] == "privateuseone:0"
+    assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5, abs=1e-6)
+    said = [line for line in found.err_lines if "running on" in line]
+    assert len(said) == 1, said
+    assert said[0].startswith("dmlpatch: running on privateuseone:0 (Simulated Radeon")
