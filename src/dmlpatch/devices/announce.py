@@ -153,13 +153,16 @@ def device_used() -> None:
 
 
 def _importing() -> bool:
-    """Whether an import is under way on this thread's stack (walked only while a line
-    waits)."""
+    """Whether the hand-out comes from a module being imported (walked only while a line
+    waits). The main script's own code is never that, even where ``import dmlpatch.auto``
+    runs it from inside that import."""
     frame: Any = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "_find_and_load" and code.co_filename == _BOOTSTRAP:
             return True
+        if frame.f_globals.get("__name__") == "__main__":
+            return False
         frame = frame.f_back
     return False
 
