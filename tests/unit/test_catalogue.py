@@ -285,12 +285,27 @@ def test_entries_are_well_formed() -> None:
             assert failure.simulation, failure.key
 
 
+def test_every_fix_names_its_module_in_the_package_of_its_kind() -> None:
+    assert set(catalogue.FIXED_IN_PACKAGES) <= set(catalogue.FIXES)
+    for failure in catalogue.FAILURES:
+        packages = catalogue.FIXED_IN_PACKAGES.get(failure.fix)
+        if packages is None:
+            assert failure.fixed_in is None, failure.key
+            continue
+        assert failure.fixed_in is not None, failure.key
+        assert any(
+            failure.fixed_in == package or failure.fixed_in.startswith(package + ".")
+            for package in packages
+        ), failure.key
+        importlib.import_module(failure.fixed_in)
+
+
 def test_kernel_fixes_name_modules_that_serve_their_operators() -> None:
     for failure in catalogue.FAILURES:
         if failure.fix != "kernel":
             continue
-        module_name = failure.remedy.split(":")[0].split()[0]
-        module = importlib.import_module(module_name)
+        assert failure.fixed_in is not None, failure.key
+        module = importlib.import_module(failure.fixed_in)
         served = {kernel.op for kernel in module.KERNELS}
         assert set(failure.ops) & served, failure.key
 
