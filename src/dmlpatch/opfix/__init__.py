@@ -84,11 +84,13 @@ vision.resizing           ``_upsample_bilinear2d_aa``/``_upsample_bicubic2d_aa``
 vision.sliding_blocks     ``im2col``/``col2im`` (``F.unfold``/``F.fold``), forward and backward
 ========================= ==========================================================================
 
-Three are PyTorch's gaps rather than DirectML's, and are installed for every profile:
+Four are PyTorch's gaps rather than DirectML's, and are installed for every profile:
 :mod:`dmlpatch.opfix.module_moves` keeps parameters the same objects when a module moves to or
 from the device (PyTorch replaces them for any ``PrivateUse1`` backend),
-:mod:`dmlpatch.opfix.sharing` stops a device tensor handed to another process with one line
-(there is no inter-process memory to share it through), and
+:mod:`dmlpatch.opfix.shared_modules` keeps a model's weights in host shared memory when the
+program calls ``model.share_memory()`` (Hogwild's workers) and computes on the device with
+copies of them, :mod:`dmlpatch.opfix.sharing` stops any other device tensor handed to another
+process with one line (there is no inter-process memory to share it through), and
 :mod:`dmlpatch.opfix.device_module` gives the device's module what torch's own code asks of
 an accelerator's (its RNG state, current device...), which torch-directml's module lacks.
 
@@ -239,7 +241,14 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
     import torch
 
     from dmlpatch.gaps import profiles
-    from dmlpatch.opfix import _accounting, cpu_ops, device_module, module_moves, sharing
+    from dmlpatch.opfix import (
+        _accounting,
+        cpu_ops,
+        device_module,
+        module_moves,
+        shared_modules,
+        sharing,
+    )
 
     with _lock:
         if _installed is not None:
@@ -254,6 +263,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         forced_ops = cpu_ops.resolve(os.environ.get(DMLPATCH_CPU_OPS, ""))
         # PyTorch's, not DirectML's: every PrivateUse1 device has them, whatever the profile.
         module_moves.install()
+        shared_modules.install()  # after module_moves: it wraps Module._apply too
         sharing.install()
         device_module.install()
         forced_names = {op.name() for op in forced_ops}
@@ -451,10 +461,18 @@ def installed() -> Optional[Installed]:
 def uninstall() -> None:
     """Remove every registered kernel: DirectML's own kernels serve the operators again."""
     global _library, _installed
-    from dmlpatch.opfix import device_module, module_moves, sentinels, sharing, triggers
+    from dmlpatch.opfix import (
+        device_module,
+        module_moves,
+        sentinels,
+        shared_modules,
+        sharing,
+        triggers,
+    )
     from dmlpatch.opfix.tensors import allocation
 
     with _lock:
+        shared_modules.uninstall()
         module_moves.uninstall()
         sharing.uninstall()
         device_module.uninstall()

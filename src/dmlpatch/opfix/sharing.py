@@ -1,4 +1,4 @@
-"""A device tensor handed to another process stops with one line that says why and what to do.
+"""What a worker process receives of the device: the device itself, and never its tensors.
 
 ``torch.multiprocessing`` pickles a tensor for a child process by sharing its memory: a CPU
 tensor's through a shared file, a CUDA tensor's through CUDA's inter-process handles, so that
@@ -6,16 +6,24 @@ Hogwild-style workers (``model.share_memory()``, then ``mp.Process(target=train,
 args=(model,))``) update one set of weights. DirectML has no inter-process memory, so PyTorch
 tries the CPU's way and stops with ``RuntimeError: _share_fd_: only available on CPU`` (with
 the *spawn* start method, Windows' only one; *fork* copies the process and shares nothing).
-Weights kept in host memory and copied to the device in each worker would no longer be one set
-of weights, so nothing can make this run as on CUDA: the reducers of ``torch.Tensor``,
-``Parameter`` and storages say so in one line instead, for tensors on ``privateuseone`` only
-(catalogue entry ``shared-memory``); every other tensor is pickled by PyTorch's own reducer.
+A model the program shares with ``model.share_memory()`` never gets here: its weights are in
+host memory (:mod:`dmlpatch.opfix.shared_modules`). Any other device tensor cannot cross as it
+would on CUDA, and a copy would not be the tensor the parent holds: the reducers of
+``torch.Tensor``, ``Parameter`` and storages say so in one line, for tensors on
+``privateuseone`` only (catalogue entry ``shared-memory``); every other tensor is pickled by
+PyTorch's own reducer.
+
+A ``torch.device("privateuseone:0")`` crosses as it is, but a spawned worker knows that device
+only once it has committed to dmlpatch's, which it does at its first CUDA site; a worker that
+is handed the device (``mp.Process(target=train, args=(model, device))``, then ``x.to(device)``)
+has none, and stopped with ``ModuleNotFoundError: No module named 'torch.privateuseone'``. So
+the device's reducer makes the worker commit as it unpickles the device.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 #: The reducers this module replaced, by class, while installed.
 _originals: dict[type, Callable[..., Any]] = {}
@@ -24,7 +32,8 @@ _lock = threading.Lock()
 MESSAGE = (
     "a tensor on {device} cannot be handed to another process: DirectML has no inter-process "
     "memory (CUDA's IPC has no DirectML counterpart), so workers cannot share the model's "
-    "weights on the device (catalogue entry shared-memory); move the model to the device inside "
+    "weights on the device (catalogue entry shared-memory); share the model with "
+    "model.share_memory() (its weights then stay in host memory), move it to the device inside "
     "each worker, or train in one process"
 )
 
@@ -44,8 +53,28 @@ def _refusing(original: Callable[..., Any]) -> Callable[..., Any]:
     return reduce
 
 
+def arriving_device(kind: str, index: Optional[int]) -> Any:
+    """A device unpickled in a worker, after the worker has committed to dmlpatch's device
+    (where dmlpatch is active in it), so that torch knows ``privateuseone``."""
+    from dmlpatch.startup import sequence
+
+    if sequence.current():
+        from dmlpatch.devices import resolution
+
+        resolution.current()
+    import torch
+
+    return torch.device(kind, index)
+
+
+def _reduce_device(device: Any) -> Any:
+    if device.type == "privateuseone":
+        return arriving_device, (device.type, device.index)
+    return device.__reduce__()
+
+
 def install() -> None:
-    """Put the refusing reducers in front of PyTorch's; idempotent."""
+    """Put the refusing reducers in front of PyTorch's, and the device's; idempotent."""
     from multiprocessing.reduction import ForkingPickler
 
     import torch
@@ -61,6 +90,7 @@ def install() -> None:
             if original is not None:
                 _originals[cls] = original
                 ForkingPickler.register(cls, _refusing(original))
+        ForkingPickler.register(torch.device, _reduce_device)
 
 
 def uninstall() -> None:
@@ -71,3 +101,11 @@ def uninstall() -> None:
         for cls, original in _originals.items():
             ForkingPickler.register(cls, original)
         _originals.clear()
+        vars(ForkingPickler)["_extra_reducers"].pop(_device_type(), None)
+
+
+def _device_type() -> Any:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return getattr(torch, "device", None)

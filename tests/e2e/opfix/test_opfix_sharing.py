@@ -1,6 +1,8 @@
 """A device tensor handed to another process (catalogue entry ``shared-memory``): PyTorch's
 ``_share_fd_: only available on CPU`` without dmlpatch, one line that says why and what to do
-with it; CPU tensors are shared as before. A spawned Hogwild program shows both ends."""
+with it; CPU tensors are shared as before, a model shared with ``model.share_memory()``
+reaches its workers (tests/e2e/test_hogwild.py trains one), and a worker handed the device
+itself can compute there."""
 
 from __future__ import annotations
 
@@ -62,14 +64,51 @@ if __name__ == "__main__":
     print("exit codes", [worker.exitcode for worker in workers])
 """
 
+#: A device tensor itself handed to a worker, and the device for the worker to use.
+HANDED = """
+import sys
 
-def test_a_hogwild_program_says_why_it_stops(tmp_path: Path) -> None:
+import torch
+import torch.multiprocessing as mp
+
+
+def work(value, device):
+    print("worker", torch.ones(2).to(device).device, value.device, flush=True)
+
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    value = torch.ones(3).to(device) if sys.argv[1] == "tensor" else torch.ones(3)
+    worker = mp.Process(target=work, args=(value, device))
+    worker.start()
+    worker.join()
+    print("exit code", worker.exitcode)
+"""
+
+
+def test_a_shared_model_reaches_spawned_workers(tmp_path: Path) -> None:
     (tmp_path / "hogwild.py").write_text(HOGWILD)
     plain = run_python(["hogwild.py"], cwd=tmp_path, timeout=300)
     assert plain.code == 0 and "exit codes [0, 0]" in plain.out, plain.err  # on the CPU
     patched = run_python(["-m", "dmlpatch", "--device", "sim", "hogwild.py"], cwd=tmp_path)
+    assert patched.code == 0 and "exit codes [0, 0]" in patched.out, patched.err
+
+
+def test_a_device_tensor_handed_to_a_worker_says_why_it_stops(tmp_path: Path) -> None:
+    (tmp_path / "handed.py").write_text(HANDED)
+    plain = run_python(["handed.py", "tensor"], cwd=tmp_path, timeout=300)
+    assert plain.code == 0 and "worker cpu cpu" in plain.out, plain.err  # on the CPU
+    patched = run_python(["-m", "dmlpatch", "--device", "sim", "handed.py", "tensor"], cwd=tmp_path)
     assert patched.code == 1
     assert patched.err_lines[-1].startswith(
         "RuntimeError: a tensor on privateuseone:0 cannot be handed to another process: "
         "DirectML has no inter-process memory"
     )
+
+
+def test_a_worker_handed_the_device_computes_there(tmp_path: Path) -> None:
+    (tmp_path / "handed.py").write_text(HANDED)
+    patched = run_python(["-m", "dmlpatch", "--device", "sim", "handed.py", "cpu"], cwd=tmp_path)
+    assert patched.code == 0, patched.err
+    assert "worker privateuseone:0 cpu" in patched.out and "exit code 0" in patched.out
