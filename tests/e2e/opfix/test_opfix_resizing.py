@@ -177,3 +177,36 @@ def test_torchvision_transforms_resize_a_batch_on_the_device_as_on_the_cpu(
         got = transform(images.to(dev))
         assert sim.counters()["ops"]["fallback"] == {}
         _close(got, transform(images))
+
+
+@pytest.mark.parametrize(
+    ("how", "rank", "layout"),
+    [
+        ({"mode": "bilinear", "antialias": True}, 2, torch.channels_last),
+        ({"mode": "bicubic", "antialias": True}, 2, torch.channels_last),
+        ({"mode": "nearest-exact"}, 2, torch.channels_last),
+        ({"mode": "nearest-exact"}, 3, torch.channels_last_3d),
+    ],
+)
+def test_a_channels_last_resize_is_laid_out_as_on_the_cpu_and_its_backward_equals_the_cpu(
+    dev: torch.device, how: dict[str, Any], rank: int, layout: torch.memory_format
+) -> None:
+    # torchvision's TestResize::test_kernel_image_memory_format_consistency: the CPU kernels
+    # lay the result out as the input suggests, and a batch of channels-last images stays so.
+    torch.manual_seed(5)
+    x = torch.randn((2, 3) + (9,) * rank).contiguous(memory_format=layout)
+    size = (5,) * rank
+    expected = F.interpolate(x, size=size, **how)
+    got = F.interpolate(x.to(dev), size=size, **how)
+    assert got.stride() == expected.stride()
+    torch.testing.assert_close(got.cpu(), expected)
+    # The backward operator itself (autograd restrides a leaf's gradient to the leaf); the CPU's
+    # backward kernels lay their results out each its own way, so only the values are compared.
+    mode = how["mode"].replace("-", "_")
+    suffix = "_aa" if how.get("antialias") else ""
+    backward = getattr(torch.ops.aten, f"_upsample_{mode}{rank}d{suffix}_backward")
+    grad = torch.randn(expected.shape).contiguous(memory_format=layout)
+    extra = [False] if how.get("antialias") else []
+    expected_grad = backward(grad, list(size), list(x.shape), *extra)
+    got_grad = backward(grad.to(dev), list(size), list(x.shape), *extra)
+    torch.testing.assert_close(got_grad.cpu(), expected_grad)

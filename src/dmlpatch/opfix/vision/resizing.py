@@ -43,6 +43,7 @@ import math
 from typing import Any, Callable, Optional
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, into
@@ -256,10 +257,14 @@ def _exact_backward(rank: int, name: str) -> Core:
     return backward
 
 
-def _served(operator: str, out_overload: str, make: Callable[[str], Core]) -> tuple[Kernel, Kernel]:
+def _served(
+    operator: str, out_overload: str, make: Callable[[str], Core], *, laid_out: bool = False
+) -> tuple[Kernel, Kernel]:
     """The functional and ``out=`` kernels of ``operator``, both computed by ``make``'s core
     (counted under the ``out=`` overload's name, as DirectML names the operator); arguments the
-    core declines go through the CPU, as DirectML's fallback would take them."""
+    core declines go through the CPU, as DirectML's fallback would take them. ``laid_out``: the
+    result takes the memory format the input suggests, as every forward CPU kernel here lays it
+    out (the backward kernels disagree among themselves, and autograd restrides a gradient)."""
     packet = getattr(torch.ops.aten, operator)
     name = f"aten::{operator}.{out_overload}"
     core = make(name)
@@ -268,7 +273,13 @@ def _served(operator: str, out_overload: str, make: Callable[[str], Core]) -> tu
 
     def functional(*args: Any) -> torch.Tensor:
         result = core(*args)
-        return on_the_cpu(*args) if result is None else result
+        if result is None:
+            return on_the_cpu(*args)
+        if not laid_out:
+            return result
+        # A channels-last batch stays channels-last (torchvision checks it); a contiguous one
+        # costs nothing.
+        return result.contiguous(memory_format=suggest_memory_format(args[0]))
 
     def out_form(*args: Any, **out: torch.Tensor) -> torch.Tensor:
         result = core(*args)
@@ -286,7 +297,9 @@ def _served(operator: str, out_overload: str, make: Callable[[str], Core]) -> tu
 def _kernels() -> tuple[Kernel, ...]:
     found: list[Kernel] = []
     for mode in _INTERP_SIZE:
-        found += _served(f"_upsample_{mode}2d_aa", "out", functools.partial(_aa_forward, mode))
+        found += _served(
+            f"_upsample_{mode}2d_aa", "out", functools.partial(_aa_forward, mode), laid_out=True
+        )
         found += _served(
             f"_upsample_{mode}2d_aa_backward",
             "grad_input",
@@ -294,7 +307,10 @@ def _kernels() -> tuple[Kernel, ...]:
         )
     for rank in (1, 2, 3):
         found += _served(
-            f"_upsample_nearest_exact{rank}d", "out", functools.partial(_exact_forward, rank)
+            f"_upsample_nearest_exact{rank}d",
+            "out",
+            functools.partial(_exact_forward, rank),
+            laid_out=True,
         )
         found += _served(
             f"_upsample_nearest_exact{rank}d_backward",
