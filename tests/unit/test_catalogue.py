@@ -229,7 +229,10 @@ ENTRY_TESTS: dict[str, object] = {
     ],
     "shared-memory": [
         "tests/e2e/opfix/test_opfix_sharing.py::test_without_dmlpatch_pytorch_refuses_with_its_own_text",
-        "tests/e2e/opfix/test_opfix_sharing.py::test_a_hogwild_program_says_why_it_stops",
+        "tests/e2e/opfix/test_opfix_sharing.py::test_a_device_tensor_handed_to_a_worker_says_why_it_stops",
+        "tests/e2e/opfix/test_opfix_shared_modules.py::test_a_shared_model_trains_on_the_device_as_on_the_cpu",
+        "tests/e2e/test_hogwild.py::test_one_worker_trains_as_on_the_cpu",
+        "tests/e2e/test_hogwild.py::test_workers_taking_turns_read_each_others_steps",
     ],
     "autocast": [
         "tests/e2e/test_cuda_api.py::test_runner_answers_the_cuda_api_on_the_device",

@@ -735,18 +735,20 @@ FAILURES: tuple[Failure, ...] = (
     Failure(
         key="shared-memory",
         what="a model or tensor on the device handed to torch.multiprocessing workers "
-        "(model.share_memory() and Hogwild-style training; the spawn start method, Windows' "
-        "only one)",
+        "(model.share_memory() and Hogwild-style training): the spawn start method, Windows' "
+        "only one, refuses it; with fork each worker trains a copy the parent never sees",
         text="RuntimeError: _share_fd_: only available on CPU",
         sources="PyTorch's own check for PrivateUse1 devices (CUDA shares through its IPC handles)",
         ops=(),
         simulated="pytorch",
         simulation="PyTorch raises it for the simulated device as for DirectML",
-        fix="cannot",
-        fixed_in=None,
-        remedy="DirectML has no inter-process memory, so workers cannot share weights on the "
-        "device: dmlpatch.opfix.sharing stops with one line saying so; move the model to the "
-        "device in each worker, or train in one process",
+        fix="start-up",
+        fixed_in="dmlpatch.opfix.shared_modules",
+        remedy="dmlpatch.opfix.shared_modules, installed with the device: DirectML has no "
+        "inter-process memory, so model.share_memory() keeps the weights in host shared memory, "
+        "said in one line, and each forward given device tensors computes on the device with "
+        "copies of them (Hogwild's workers, spawn or fork, train as on the CPU); any other "
+        "device tensor handed to a worker stops with one line (dmlpatch.opfix.sharing)",
     ),
     Failure(
         key="autocast",
