@@ -67,4 +67,6 @@ def unpatch() -> None:
     started = sequence.current()
     if started is not None:
         started.undo()
+    else:  # the operator fixes dmlpatch.device() installed, say
+        sequence.undo_everything()
     engine.uninstall()

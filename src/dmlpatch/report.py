@@ -25,7 +25,8 @@ def snapshot() -> dict[str, Any]:
     never asked; null, with ``why`` saying so, when it never imported torch); ``compute``:
     where model compute really ran; ``transfers``: the program's own copies, and the copies
     DirectML's CPU fallbacks make, counted by the simulated device (null elsewhere: only
-    ``dmlpatch check`` counts on real DirectML).
+    ``dmlpatch check`` counts on real DirectML); ``installed``: what dmlpatch changed in the
+    process (:mod:`dmlpatch.changes`).
     """
     from dmlpatch.placement import session
 
@@ -80,6 +81,9 @@ def snapshot() -> dict[str, Any]:
         "kept_as_written": unrewritten,
     }
     data["compute"] = session.section()
+    from dmlpatch import changes
+
+    data["installed"] = changes.listing()
     data["ops"] = data["transfers"] = None
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():

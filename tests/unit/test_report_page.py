@@ -98,6 +98,23 @@ optimizer.step()
 print(gpukernel.kernel() is not None, mypkg.old.pick is core.pick, mypkg.stale.where)
 """
 
+#: A suite run under pytest: its report's ``compute.tests``, with one test that warns.
+SUITE = """
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_on_either(device):
+    layer = torch.nn.Linear(4, 4).to(device)
+    assert layer(torch.randn(2, 4, device=device)).shape == (2, 4)
+
+
+@pytest.mark.parametrize("device", ["cuda"])
+def test_asks_for_cuda_and_stays_on_the_cpu(device):
+    assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).shape == (2, 4)
+"""
+
 Keys = tuple[str, ...]
 
 
@@ -160,6 +177,27 @@ def _reports(tmp_path: Path, fake_distribution: Callable[..., Path]) -> list[dic
         )
         assert result.out == "True True cpu\n", result.err
         reports.append(json.loads(report.read_text(encoding="utf-8")))
+    (program / "test_suite.py").write_text(SUITE.lstrip("\n"), encoding="utf-8")
+    report = tmp_path / "suite.json"
+    result = run_python(
+        [
+            "-m",
+            "dmlpatch",
+            "--device",
+            "sim",
+            f"--report={report}",
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_suite.py",
+        ],
+        cwd=program,
+        env=clean_env(),
+    )
+    assert result.code == 0, result.out + result.err
+    reports.append(json.loads(report.read_text(encoding="utf-8")))
     return reports
 
 
@@ -169,10 +207,11 @@ def test_the_report_page_lists_every_field_a_run_writes_and_no_other(
     fields = documented()
     assert len(fields) == len(set(fields)), "a field the page lists twice"
     listed = {field[:depth] for field in fields for depth in range(1, len(field) + 1)}
-    ordinary, checked = _reports(tmp_path, fake_distribution)
+    ordinary, checked, suite = _reports(tmp_path, fake_distribution)
     assert ordinary["compute"]["counted"] == "layers", ordinary["compute"]
     assert checked["compute"]["counted"] == "operators", checked["compute"]
-    seen = written(ordinary) | written(checked)
+    assert len(suite["compute"]["tests"]["warned"]) == 1, suite["compute"]
+    seen = written(ordinary) | written(checked) | written(suite)
     missing = sorted(_shown(field) for field in seen if not any(_matches(field, p) for p in listed))
     never = sorted(_shown(p) for p in fields if not any(_matches(field, p) for field in seen))
     assert (missing, never) == ([], []), f"written, not on {PAGE.name}; on it, never written"

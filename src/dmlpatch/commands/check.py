@@ -27,7 +27,7 @@ import sys
 import traceback
 from typing import Any, NamedTuple, Optional
 
-from dmlpatch import log
+from dmlpatch import changes, log
 from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SIM_PROFILE, DMLPATCH_TRACE
 from dmlpatch.errors import UsageError
 from dmlpatch.gaps.profiles import DEFAULT_PROFILE
@@ -105,8 +105,8 @@ def main(arguments: list[str]) -> int:
         from dmlpatch.gaps import profiles
 
         profiles.resolve(options.profile)  # one-line error for an unknown name
-        os.environ[DMLPATCH_SIM_PROFILE] = options.profile
-    os.environ[DMLPATCH_TRACE] = "1"  # first-call stacks from the simulated device
+        changes.set_environment(DMLPATCH_SIM_PROFILE, options.profile)
+    changes.set_environment(DMLPATCH_TRACE, "1")  # first-call stacks from the simulated device
 
     os.environ.pop(DMLPATCH_DISABLE, None)
     from dmlpatch.placement import session

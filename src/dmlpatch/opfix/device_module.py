@@ -28,6 +28,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from dmlpatch import changes
+
 _lock = threading.Lock()
 #: The module the names were added to, and the names added.
 _added: list[tuple[Any, str]] = []
@@ -151,11 +153,20 @@ def install() -> tuple[str, ...]:
             count = int(module.device_count()) if hasattr(module, "device_count") else 1
             module.default_generators = tuple(_generator() for _ in range(count))
             _added.append((module, "default_generators"))
-        return tuple(name for _, name in _added)
+        added = tuple(name for _, name in _added)
+        if added:
+            changes.record(
+                __name__,
+                "function",
+                f"{len(added)} functions of the device's module (torch.{module.__name__})",
+                uninstall,
+            )
+        return added
 
 
 def uninstall() -> None:
     with _lock:
+        changes.forget(__name__)
         for module, name in reversed(_added):
             delattr(module, name)
         _added.clear()

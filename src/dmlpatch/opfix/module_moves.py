@@ -34,6 +34,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from dmlpatch import changes
+
 if TYPE_CHECKING:
     import torch
 
@@ -110,6 +112,7 @@ def install() -> None:
         if _original_apply is None:
             _original_apply = torch.nn.Module._apply
             torch.nn.Module._apply = _apply_keeping_parameters
+            changes.record(__name__, "function", "torch.nn.Module._apply", uninstall)
 
 
 def uninstall() -> None:
@@ -118,6 +121,7 @@ def uninstall() -> None:
     import torch
 
     with _lock:
+        changes.forget(__name__)
         if _original_apply is not None:
             torch.nn.Module._apply = _original_apply
             _original_apply = None

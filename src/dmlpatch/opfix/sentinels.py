@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from dmlpatch import changes
 from dmlpatch.opfix import triggers
 
 _COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional
@@ -96,6 +97,12 @@ def install() -> None:
             library.impl(name, _watcher(op, _EXPLICIT), "PrivateUse1")
         library.impl("isnan", _isnan, "PrivateUse1")
         _library = library
+        changes.record(
+            __name__,
+            "kernels",
+            "watchers of the operators that make the device's first bool tensor",
+            uninstall,
+        )
     triggers.when_fired(torch.bool, _retire)
 
 
@@ -120,6 +127,7 @@ def stand_aside() -> None:
 
 def uninstall() -> None:
     global _library, _retired
+    changes.forget(__name__)
     with _lock:
         for library in (_library, _retired):
             if library is not None:

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from dmlpatch import log
+from dmlpatch import changes, log
 from dmlpatch.placement import families, frames, ledger
 
 #: FLOPs that fallbacks ran on the CPU inside a heavy layer's current call.
@@ -104,6 +104,12 @@ def install() -> list[str]:
 
     for package in _LATER:
         hook.when_imported(package, _serve_package)
+    changes.record(
+        __name__,
+        "kernels",
+        f"{len(_served)} CPU fallbacks of the backend served and counted by operator",
+        uninstall,
+    )
     return names
 
 
@@ -147,6 +153,7 @@ def uninstall() -> None:
     global _serving
     from dmlpatch.opfix import cpu_ops
 
+    changes.forget(__name__)
     cpu_ops.observe(None)
     for library in _libraries.values():
         library._destroy()

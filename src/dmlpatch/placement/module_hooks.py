@@ -21,6 +21,7 @@ from torch.compiler import is_compiling
 from torch.nn.modules import module as _module
 from torch.utils.hooks import RemovableHandle
 
+from dmlpatch import changes
 from dmlpatch.placement import fallbacks, families, frames, ledger
 
 _UNSEEN = "unseen"
@@ -62,6 +63,12 @@ def install() -> ledger.Ledger:
     _handle = _module.register_module_forward_hook(after_forward)
     if _ANY_GLOBAL_HOOK is not None:
         _module._has_any_global_hook = _has_any_global_hook_but_ours
+    changes.record(
+        __name__,
+        "callback",
+        "a forward hook on every nn.Module (layer calls counted by device)",
+        uninstall,
+    )
     return book
 
 
@@ -78,6 +85,7 @@ def _traced_by_the_compiler() -> bool:
 
 def uninstall() -> None:
     global _handle
+    changes.forget(__name__)
     if _handle is not None:
         _handle.remove()
         _handle = None

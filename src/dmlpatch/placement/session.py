@@ -65,7 +65,17 @@ def start(torch: ModuleType) -> None:
     resolution.when_resolved(_on_resolved)
     import atexit
 
+    from dmlpatch import changes
+
     atexit.register(_warn_at_exit)
+
+    def stop() -> None:
+        global _started
+        atexit.unregister(_warn_at_exit)
+        resolution.forget_when_resolved(_on_resolved)
+        _started = False
+
+    changes.record(__name__, "exit handler", "the placement warning, said at exit", stop)
 
 
 def _on_resolved(chosen: Resolution) -> None:

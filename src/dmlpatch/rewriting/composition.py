@@ -150,14 +150,33 @@ def _follow(module: types.ModuleType, to_front: Callable[[], None]) -> None:
     if install is None or install in _followers:
         return
 
+    following = [True]
+
     @functools.wraps(install)
     def installed_then_in_front(*args: Any, **kwargs: Any) -> Any:
         result = install(*args, **kwargs)
-        to_front()
+        if following[0]:
+            to_front()
         return result
+
+    def unfollow() -> None:
+        # A caller that took the wrapper meanwhile (``from typeguard import
+        # install_import_hook``) keeps it, now a plain call of the installer.
+        following[0] = False
+        if getattr(module, name, None) is installed_then_in_front:
+            setattr(module, name, install)
+        _followers.discard(installed_then_in_front)
 
     _followers.add(installed_then_in_front)
     setattr(module, name, installed_then_in_front)
+    from dmlpatch import changes
+
+    changes.record(
+        f"{__name__}:{module.__name__}",
+        "function",
+        f"{module.__name__}.{name} (dmlpatch's finder back in front after it)",
+        unfollow,
+    )
 
 
 #: The standard library's loaders: nothing another tool did.

@@ -131,3 +131,13 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
         rnn.install()
     sys.meta_path.insert(0, _TorchDirectmlBlocker())
     _state.CURRENT = _state.Loaded(chosen.name, devices, float64, trace)
+    from dmlpatch import changes
+
+    changes.record(
+        "dmlpatch.sim",
+        "device",
+        f"the simulated DirectML device, profile {chosen.name}: the privateuseone backend, its "
+        "device module and kernels, and the import hook that keeps torch_directml out",
+        None,
+        "torch keeps a backend and its device module for the life of the process",
+    )

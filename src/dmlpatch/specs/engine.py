@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from dmlpatch import log, record
+from dmlpatch import changes, log, record
 from dmlpatch.devices import resolution
 from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SCOPE
 from dmlpatch.rewriting import composition, discovery, hook
@@ -72,7 +72,7 @@ def install(device: Optional[str] = None, scope: Optional[str] = None) -> bool:
             aliases.install(alias.module, alias.target, alias.spec)
     hook.set_gate(rewrite_gate)
     scope = scopes.parse_scope(scope) if scope else scopes.configured_scope()
-    os.environ[DMLPATCH_SCOPE] = scope  # children, and the report, see the same scope
+    changes.set_environment(DMLPATCH_SCOPE, scope)  # children and the report see this scope
     leaves = list(map(discovery.Leave._make, chosen["leaves"]))
     hook.discover(discovery.Discovery(scope, leaves) if scope != "specs" else None, known_unneeded)
     hook.when_imported("torch", _start_placement)

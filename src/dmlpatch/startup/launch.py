@@ -13,7 +13,7 @@ import atexit
 import os
 import sys
 
-from dmlpatch import log
+from dmlpatch import changes, log
 from dmlpatch.environment_variables import (
     DMLPATCH_BF16,
     DMLPATCH_DISABLE,
@@ -164,11 +164,11 @@ def prepare(options: Options, report: Optional[str] = None) -> bool:
     from dmlpatch.startup import sequence
 
     if options.verbose:
-        os.environ[DMLPATCH_VERBOSE] = "1"
+        changes.set_environment(DMLPATCH_VERBOSE, "1")
     from dmlpatch.gaps import bf16_setting
 
     if options.bf16:
-        os.environ[DMLPATCH_BF16] = options.bf16  # children too
+        changes.set_environment(DMLPATCH_BF16, options.bf16)  # children too
     bf16_setting.parse_bf16(os.environ.get(DMLPATCH_BF16))  # a bad one is exit 2
     if engine.disabled():
         log.say(f"{DMLPATCH_DISABLE}=1: running the program without patches")
@@ -215,7 +215,7 @@ def run_program(options: Options, console_script: bool, judge: Optional[Judge] =
         report.check_destination(destination)
         if report.per_process(destination):
             # Children (DDP ranks, workers) write theirs; they may start in another directory.
-            os.environ[DMLPATCH_REPORT] = os.path.abspath(destination)
+            changes.set_environment(DMLPATCH_REPORT, os.path.abspath(destination))
     if console_script:
         runner.find_console_script(options.rest[0])
     elif options.module is not None:

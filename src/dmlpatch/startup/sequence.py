@@ -55,7 +55,7 @@ class Startup:
 
     def __init__(self, active: bool) -> None:
         self.active = active
-        self._undo: list[Callable[[], None]] = []
+        self._steps = 0
 
     def __bool__(self) -> bool:
         return self.active
@@ -74,18 +74,40 @@ class Startup:
     ) -> None:
         self.undo()
 
-    def on_undo(self, step: Callable[[], None]) -> None:
-        self._undo.append(step)
+    def on_undo(self, step: Callable[[], None], what: str = "", kind: str = "callback") -> None:
+        """Record in the process's ledger (:mod:`dmlpatch.changes`) what undoes a piece of
+        this start-up."""
+        from dmlpatch import changes
+
+        self._steps += 1
+        changes.record(f"start-up:{self._steps}", kind, what or _name_of(step), step)
 
     def undo(self) -> None:
-        """Take out what this start-up installed, last first; modules already imported stay as
-        they were loaded (rewritten or not)."""
+        """Take out everything dmlpatch installed in this process, last first (the ledger:
+        this start-up's pieces and what committing to a device installed); what cannot be
+        undone is said in one line. Modules already imported stay as they were loaded
+        (rewritten or not)."""
         global _current
-        while self._undo:
-            self._undo.pop()()
+        undo_everything()
         self.active = False
         if _current is self:
             _current = None
+
+
+def undo_everything() -> None:
+    """Drain the process's ledger of changes, last first; say in one line what stays."""
+    from dmlpatch import changes
+
+    kept = changes.undo()
+    if kept:
+        log.say(
+            "could not undo: " + "; ".join(f"{change.what} ({change.why_not})" for change in kept)
+        )
+
+
+def _name_of(step: Callable[..., object]) -> str:
+    module = getattr(step, "__module__", "") or ""
+    return f"{module}.{getattr(step, '__qualname__', 'step')}".lstrip(".")
 
 
 _current: Optional[Startup] = None
@@ -127,6 +149,10 @@ def start(
     from dmlpatch.startup import commitment
 
     commitment.register()
+    handle.on_undo(
+        lambda: resolution.forget_on_commit(commitment.install_op_fixes),
+        "the operator fixes installed when the process commits to DirectML",
+    )
     spec = device or resolution.configured_spec()
     try:
         if strict:
@@ -143,7 +169,7 @@ def start(
         # Said once: site.py may read the same .pth twice (a venv's lib64 -> lib link).
         _current = Startup(False)
         return _current
-    handle.on_undo(engine.uninstall)
+    handle.on_undo(engine.uninstall, "patch specs and discovery: their import hook", "import hook")
     _current = handle
     _on_resolution(handle, _patches_not_needed)
     if speaks is not None:
@@ -154,7 +180,7 @@ def start(
     from dmlpatch.startup import spawn_main
 
     spawn_main.install()
-    handle.on_undo(spawn_main.uninstall)
+    handle.on_undo(spawn_main.uninstall, "spawn children rewrite the main script as this process")
     writer: Optional[Callable[[str], None]] = None
     if report:
         from dmlpatch import report as reports
@@ -170,11 +196,15 @@ def start(
 
             session.keep_lines()
         atexit.register(writer, report)
-        handle.on_undo(lambda: atexit.unregister(writer))
+        handle.on_undo(
+            lambda: atexit.unregister(writer),
+            f"the run report, written at exit to {report}",
+            "exit handler",
+        )
     if main:
         from dmlpatch.startup import main_script
 
-        handle.on_undo(main_script.arm_for_activation())
+        handle.on_undo(main_script.arm_for_activation(), "the main script rewritten as it runs")
     return handle
 
 
@@ -182,14 +212,20 @@ def _on_resolution(handle: Startup, listener: Callable[[Resolution], None]) -> N
     from dmlpatch.devices import resolution
 
     resolution.when_resolved(listener)
-    handle.on_undo(lambda: resolution.forget_when_resolved(listener))
+    handle.on_undo(
+        lambda: resolution.forget_when_resolved(listener),
+        f"{_name_of(listener)}, called once the device is resolved",
+    )
 
 
 def _when_imported(handle: Startup, module: str, callback: Callable[[ModuleType], None]) -> None:
     from dmlpatch.rewriting import hook
 
     hook.when_imported(module, callback)
-    handle.on_undo(lambda: hook.forget_when_imported(module, callback))
+    handle.on_undo(
+        lambda: hook.forget_when_imported(module, callback),
+        f"{_name_of(callback)}, called when {module} is imported",
+    )
 
 
 def _patches_not_needed(chosen: Resolution) -> None:
@@ -205,7 +241,7 @@ def _first_backward(torch: ModuleType) -> None:
 
     first_backward.arm(torch)
     if _current is not None:
-        _current.on_undo(first_backward.disarm)
+        _current.on_undo(first_backward.disarm, "the device resolved before the first backward")
 
 
 def _resolve_at_torch_import(torch: object) -> None:
@@ -227,7 +263,11 @@ def _propagate_to_children(handle: Startup, spec: str) -> None:
 
     saved = {name: os.environ.get(name) for name in (DMLPATCH_DEVICE, DMLPATCH_ANNOUNCE_RANK_ZERO)}
     saved["PYTHONPATH"] = os.environ.get("PYTHONPATH")
-    handle.on_undo(lambda: _restore(saved))
+    handle.on_undo(
+        lambda: _restore(saved),
+        f"{DMLPATCH_DEVICE}, {DMLPATCH_ANNOUNCE_RANK_ZERO} and PYTHONPATH for child processes",
+        "environment",
+    )
     os.environ[DMLPATCH_DEVICE] = spec
     os.environ[DMLPATCH_ANNOUNCE_RANK_ZERO] = "1"
     paths = os.environ.get("PYTHONPATH", "")

@@ -15,6 +15,7 @@ import os
 import sys
 import types
 
+from dmlpatch import changes
 from dmlpatch.environment_variables import DMLPATCH_MAIN
 from dmlpatch.rewriting import hook
 
@@ -28,12 +29,12 @@ _MODULE = "module:"
 
 def remember_path(path: str) -> None:
     """The parent runs ``path`` rewritten: its spawn children should too."""
-    os.environ[DMLPATCH_MAIN] = _PATH + os.path.normpath(os.path.abspath(path))
+    changes.set_environment(DMLPATCH_MAIN, _PATH + os.path.normpath(os.path.abspath(path)))
 
 
 def remember_module(name: str) -> None:
     """The parent runs module ``name`` rewritten (``python -m dmlpatch -m name``)."""
-    os.environ[DMLPATCH_MAIN] = _MODULE + name
+    changes.set_environment(DMLPATCH_MAIN, _MODULE + name)
 
 
 def install() -> None:

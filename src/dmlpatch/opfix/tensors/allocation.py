@@ -228,11 +228,23 @@ def install_load_hook() -> None:
         _original_rebuild_v3 = torch_utils._rebuild_tensor_v3
         torch_utils._rebuild_tensor = _rebuild_tensor
         torch_utils._rebuild_tensor_v3 = _rebuild_tensor_v3
+        from dmlpatch import changes
+
+        changes.record(
+            f"{__name__}:load",
+            "function",
+            "torch._utils._rebuild_tensor and _rebuild_tensor_v3 (torch.load's tensors)",
+            uninstall_load_hook,
+        )
 
 
 def uninstall_load_hook() -> None:
     global _original_rebuild, _original_rebuild_v3
     import torch._utils as torch_utils
+
+    from dmlpatch import changes
+
+    changes.forget(f"{__name__}:load")
 
     if _original_rebuild is not None:
         torch_utils._rebuild_tensor = _original_rebuild
