@@ -30,6 +30,7 @@ SUPPORT = {
     "httpcore2": "transformers 5.24's HTTP client",
     "truststore": "transformers 5.24's HTTP client",
     "wadler-lindig": "jaxtyping imports it",
+    "click": "lightning's fabric CLI imports it",
 }
 #: The module a library's tests import, where it differs from its name.
 MODULES = {
