@@ -435,3 +435,28 @@ def test_the_random_submodule_is_the_rng_family(on) -> None:
     on(accelerator(0))
     assert cuda_api.random.get_rng_state_all()[0].numel() == torch.get_rng_state().numel()
     assert cuda_api.random.initial_seed() == torch.initial_seed()
+
+
+def test_the_facade_hands_out_each_answer_itself() -> None:
+    """Rewritten code reaches every answer through ``cuda_api``: the object of the module that
+    holds it, not a wrapper, so that no call pays for the split into modules."""
+    import importlib
+    import pkgutil
+
+    from dmlpatch import runtime as package
+
+    holders = [
+        importlib.import_module(f"{package.__name__}.{module.name}")
+        for module in pkgutil.iter_modules(package.__path__)
+        # cuda_device maps the program's ordinals (its own device() is for CUDA literals).
+        if module.name.startswith("cuda_") and module.name not in ("cuda_api", "cuda_device")
+    ]
+    held = {
+        name: vars(holder)[name]
+        for holder in holders
+        for name in cuda_api.NAMES
+        if name in vars(holder)
+    }
+    assert set(held) == set(cuda_api.NAMES) - {"default_generators"}
+    for name, answer in held.items():
+        assert vars(cuda_api)[name] is answer, name

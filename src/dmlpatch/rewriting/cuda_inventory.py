@@ -21,7 +21,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from dmlpatch.runtime.cuda_api import ERRORS, NAMES
+from dmlpatch.runtime.cuda_names import ERRORS, NAMES
 from dmlpatch.runtime.sites import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
 ANSWERED = "answered"

@@ -17,8 +17,8 @@ from dmlpatch.devices import resolution as _resolution
 from dmlpatch.runtime import cuda_api as _cuda_api
 from dmlpatch.runtime import cuda_device as _cuda_device
 
-#: Where the program is redirected to DirectML: the same test as torch.cuda's names.
-_target = _cuda_api._target
+# Where the program is redirected to DirectML: the same test as torch.cuda's names.
+from dmlpatch.runtime.cuda_target import target as _target
 
 
 def _torch(name: str) -> Any:

@@ -11,7 +11,7 @@ from dmlpatch.rewriting.transform.as_written import RUNTIME_PACKAGE
 from dmlpatch.rewriting.transform.names import ANSWERED_SUBMODULE, unanswered
 from dmlpatch.rewriting.transform.nodes import alias, located
 from dmlpatch.rewriting.transform.walker import Walker
-from dmlpatch.runtime.cuda_api import LEGACY_TYPE_NAMES, NAMES
+from dmlpatch.runtime.cuda_names import LEGACY_TYPE_NAMES, NAMES
 from dmlpatch.runtime.sites import CUDA_FUNCTIONS
 
 #: How a dynamic ``getattr(torch, <device type>)`` is named where it keeps a function as written.

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Optional
 
 from dmlpatch.rewriting.transform import device_parameters
-from dmlpatch.runtime.cuda_api import NAMES
+from dmlpatch.runtime.cuda_names import NAMES
 from dmlpatch.runtime.cuda_only import LIBRARIES as CUDA_ONLY_LIBRARIES
 from dmlpatch.runtime.sites import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
