@@ -33,6 +33,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from dmlpatch import changes
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -180,6 +182,12 @@ def install() -> None:
             _original_apply = torch.nn.Module._apply
             torch.nn.Module.share_memory = _share_memory
             torch.nn.Module._apply = _apply_keeping_hosted
+            changes.record(
+                __name__,
+                "function",
+                "torch.nn.Module.share_memory, torch.nn.Module._apply",
+                uninstall,
+            )
 
 
 def uninstall() -> None:
@@ -188,6 +196,7 @@ def uninstall() -> None:
     import torch
 
     with _lock:
+        changes.forget(__name__)
         if _original_share_memory is not None and _original_apply is not None:
             torch.nn.Module.share_memory = _original_share_memory
             torch.nn.Module._apply = _original_apply
