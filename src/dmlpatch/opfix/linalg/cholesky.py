@@ -28,11 +28,11 @@ import torch
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.linalg.lu import WIDEST_TRIANGLE, column_major, first_flagged, triangular
+from dmlpatch.opfix.linalg.operands import FLOATS, square_floats, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix factored on the device (one column at a time).
 WIDEST = 64
-_FLOATS = (torch.float32, torch.float64)
 
 
 def factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,8 +56,7 @@ def factor(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _cholesky_ex(
     a: torch.Tensor, *, upper: bool = False, check_errors: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
-    if check_errors or a.dtype not in _FLOATS or not square or not 0 < a.shape[-1] <= WIDEST:
+    if check_errors or not square_floats(a, WIDEST):
         return through_the_cpu(
             "aten::linalg_cholesky_ex.L",
             torch.ops.aten.linalg_cholesky_ex,
@@ -78,7 +77,7 @@ def _cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) -
     """``torch.cholesky_solve`` (its batches already broadcast): two triangular solves,
     ``L y = b`` then ``L^T x = y`` (GPyTorch's and the Gaussian processes' solves)."""
     n = factor.shape[-1]
-    if factor.dtype not in _FLOATS or b.dtype != factor.dtype or not 0 < n <= WIDEST_TRIANGLE:
+    if factor.dtype not in FLOATS or b.dtype != factor.dtype or not within(n, WIDEST_TRIANGLE):
         return through_the_cpu(
             "aten::_cholesky_solve_helper",
             torch.ops.aten._cholesky_solve_helper,
@@ -93,12 +92,11 @@ def _cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) -
 def _cholesky_inverse(factor: torch.Tensor, upper: bool = False) -> torch.Tensor:
     """``torch.cholesky_inverse`` (``potri``; a ``MultivariateNormal``'s ``precision_matrix``):
     ``A^-1 = L^-T L^-1`` from the factor, exactly symmetric and column-major as the CPU's."""
-    square = factor.dim() >= 2 and factor.shape[-1] == factor.shape[-2]
-    n = factor.shape[-1] if factor.dim() else 0
-    if factor.dtype not in _FLOATS or not square or not 0 < n <= WIDEST_TRIANGLE:
+    if not square_floats(factor, WIDEST_TRIANGLE):
         return through_the_cpu(
             "aten::cholesky_inverse", torch.ops.aten.cholesky_inverse, (factor,), upper=upper
         )
+    n = factor.shape[-1]
     record("fixed", "aten::cholesky_inverse")
     lower = factor.mT if upper else factor
     identity = torch.zeros(n, n, dtype=factor.dtype, device=factor.device)

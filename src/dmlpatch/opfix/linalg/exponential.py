@@ -24,6 +24,7 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.linalg.operands import square_floats
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix exponentiated on the device (the backward's block matrix is twice this).
@@ -45,8 +46,7 @@ def exponential(a: torch.Tensor, squarings: int) -> torch.Tensor:
 
 
 def _matrix_exp(a: torch.Tensor) -> torch.Tensor:
-    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
-    if a.dtype in _DEGREES and square and 0 < a.shape[-1] <= WIDEST and a.numel() > 0:
+    if square_floats(a, WIDEST) and a.numel() > 0:
         largest = float(a.abs().sum(-2).amax())  # the 1-norm, the one value read back
         if math.isfinite(largest):
             record("fixed", "aten::linalg_matrix_exp")

@@ -26,11 +26,11 @@ import torch
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.linalg.lu import column_major
+from dmlpatch.opfix.linalg.operands import FLOATS, float_matrices, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The most columns factored on the device (reflectors are made one column at a time).
 WIDEST = 64
-_FLOATS = (torch.float32, torch.float64)
 
 
 def _reflector(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -90,7 +90,7 @@ def factor(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.
 
 
 def _qr(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Tensor]:
-    if a.dtype not in _FLOATS or a.dim() < 2 or a.shape[-1] > WIDEST or a.numel() == 0:
+    if not float_matrices(a) or a.shape[-1] > WIDEST:
         return through_the_cpu("aten::linalg_qr.out", torch.ops.aten.linalg_qr, (a,), mode=mode)
     if mode not in ("reduced", "complete", "r"):
         raise RuntimeError(
@@ -110,13 +110,7 @@ def product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 
 def _householder_product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    if (
-        reflectors.dtype not in _FLOATS
-        or tau.dtype != reflectors.dtype
-        or reflectors.dim() < 2
-        or tau.shape[-1] > WIDEST
-        or reflectors.numel() == 0
-    ):
+    if not float_matrices(reflectors) or tau.dtype != reflectors.dtype or tau.shape[-1] > WIDEST:
         return through_the_cpu(
             "aten::linalg_householder_product",
             torch.ops.aten.linalg_householder_product,
@@ -127,7 +121,7 @@ def _householder_product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.T
 
 
 def _geqrf(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if a.dtype not in _FLOATS or a.dim() < 2 or a.shape[-1] > WIDEST or a.numel() == 0:
+    if not float_matrices(a) or a.shape[-1] > WIDEST:
         return through_the_cpu("aten::geqrf", torch.ops.aten.geqrf, (a,))
     record("fixed", "aten::geqrf")
     r, tau = lapack_qr(a)
@@ -160,12 +154,12 @@ def _ormqr(
     transpose: bool = False,
 ) -> torch.Tensor:
     fits = (
-        stored.dtype in _FLOATS
+        stored.dtype in FLOATS
         and tau.dtype == other.dtype == stored.dtype
         and stored.dim() >= 2
         and other.dim() == stored.dim()
         and stored.shape[:-2] == other.shape[:-2] == tau.shape[:-1]
-        and 0 < tau.shape[-1] <= min(WIDEST, *stored.shape[-2:])
+        and within(tau.shape[-1], min(WIDEST, *stored.shape[-2:]))
         and stored.shape[-2] == other.shape[-2 if left else -1]
     )
     if not fits:

@@ -36,6 +36,7 @@ import torch
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.linalg import householder
+from dmlpatch.opfix.linalg.operands import float_matrices, square, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix decomposed on the device (eigh's ``n``, svd's smaller side).
@@ -45,7 +46,6 @@ MOST_SWEEPS = 40
 #: Sweeps made before convergence is first read back: random 32x32 matrices take 5 or 6, and
 #: the smaller ones that take fewer have short sweeps.
 FIRST_CHECK = 3
-_FLOATS = (torch.float32, torch.float64)
 _TRIANGLES = ("L", "U", "l", "u")
 _Result = TypeVar("_Result")
 
@@ -224,14 +224,14 @@ def decompose(
 
 
 def _decomposable(a: torch.Tensor, width: int) -> bool:
-    return a.dtype in _FLOATS and a.dim() >= 2 and 0 < width <= WIDEST and a.numel() > 0
+    return float_matrices(a) and within(width, WIDEST)
 
 
 def _eigh(
     a: torch.Tensor, uplo: str = "L", compute_v: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     attempt = None
-    if _decomposable(a, a.shape[-1]) and a.shape[-2] == a.shape[-1] and uplo in _TRIANGLES:
+    if _decomposable(a, a.shape[-1]) and square(a) and uplo in _TRIANGLES:
         # LAPACK reads one triangle only.
         lower = a.tril() if uplo in "Ll" else a.mT.tril()
         attempt = functools.partial(diagonalise, lower + lower.tril(-1).mT, compute_v)

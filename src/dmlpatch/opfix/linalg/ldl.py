@@ -29,11 +29,11 @@ import torch
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.linalg.lu import column_major, first_flagged, swap_rows
+from dmlpatch.opfix.linalg.operands import FLOATS, square_floats, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest matrix factored on the device.
 WIDEST = 64
-_FLOATS = (torch.float32, torch.float64)
 #: Bunch and Kaufman's threshold: it bounds the growth of the entries of L and D.
 _ALPHA = (1 + math.sqrt(17)) / 8
 
@@ -218,16 +218,15 @@ def _block_forward(ld: torch.Tensor, x: torch.Tensor, j: int) -> torch.Tensor:
     return out
 
 
-def _finite_float(a: torch.Tensor, n: int) -> bool:
+def _finite_square(a: torch.Tensor) -> bool:
     """Fits, and holds no infinity or NaN (the one value read back)."""
-    return a.dtype in _FLOATS and 0 < n <= WIDEST and bool(torch.isfinite(a).all())
+    return square_floats(a, WIDEST) and bool(torch.isfinite(a).all())
 
 
 def _ldl_factor_ex(
     a: torch.Tensor, *, hermitian: bool = False, check_errors: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
-    if check_errors or not square or not _finite_float(a, a.shape[-1]):
+    if check_errors or not _finite_square(a):
         return through_the_cpu(
             "aten::linalg_ldl_factor_ex.out",
             torch.ops.aten.linalg_ldl_factor_ex,
@@ -250,8 +249,8 @@ def _ldl_solve(
         and pivots.shape[-1:] == (n,)
         and b.dtype == ld.dtype
         and pivots.dtype == torch.int32
-        and ld.dtype in _FLOATS
-        and 0 < n <= WIDEST
+        and ld.dtype in FLOATS
+        and within(n, WIDEST)
     )
     if not fits:
         return through_the_cpu(

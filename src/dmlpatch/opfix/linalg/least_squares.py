@@ -30,13 +30,13 @@ import torch
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.linalg import householder, lu
+from dmlpatch.opfix.linalg.operands import float_matrices, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The widest system solved on the device (``min(m, n)``: QR's reflectors, one per column).
 WIDEST = householder.WIDEST
 #: How far below ``1 / rcond`` the condition bound must be for the rank to be surely full.
 MARGIN = 100.0
-_FLOATS = (torch.float32, torch.float64)
 #: The drivers served: ``gelsy`` (the CPU's default), ``gels`` (CUDA's), ``gelsd``, ``gelss``.
 _DRIVERS = (None, "gelsy", "gels", "gelsd", "gelss")
 
@@ -46,9 +46,7 @@ Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 def _shaped_for_the_device(a: torch.Tensor, b: torch.Tensor) -> Optional[torch.Tensor]:
     """``b`` as a batch of matrices matching ``a``'s batch, or None where the device path
     does not take the call (PyTorch's checks and broadcasting are the CPU's to make)."""
-    if a.dim() < 2 or a.dtype not in _FLOATS or b.dtype != a.dtype or a.numel() == 0:
-        return None
-    if not 0 < min(a.shape[-2:]) <= WIDEST:
+    if not float_matrices(a) or b.dtype != a.dtype or not within(min(a.shape[-2:]), WIDEST):
         return None
     if b.dim() == a.dim() - 1 and b.shape == a.shape[:-1]:
         return b.unsqueeze(-1)

@@ -33,6 +33,7 @@ import torch
 
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.linalg.operands import FLOATS, square, square_floats, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: Largest system solved on the device (rows): geometry's 3x3 and 4x4, the 9x9 normal
@@ -41,20 +42,18 @@ LARGEST = 16
 #: Largest triangular system solved on the device (substitution only, no factorisation: the
 #: triangular solves of ``MultivariateNormal.log_prob`` and of Cholesky's gradient).
 WIDEST_TRIANGLE = 64
-_FLOATS = (torch.float32, torch.float64)
 
 
 def _small(a: torch.Tensor) -> bool:
-    return _fits(a) and a.shape[-1] == a.shape[-2]
+    return _fits(a) and square(a)
 
 
 def _fits(a: torch.Tensor) -> bool:
-    """A float matrix (or batch) of at most :data:`LARGEST` rows and columns, not empty."""
-    return (
-        a.dim() >= 2
-        and a.dtype in _FLOATS
-        and 0 < min(a.shape[-2:]) <= max(a.shape[-2:]) <= LARGEST
-    )
+    """A float matrix (or batch) of 1 to :data:`LARGEST` rows and columns."""
+    sides = a.shape[-2:]
+    if a.dim() < 2 or a.dtype not in FLOATS:
+        return False
+    return within(min(sides), LARGEST) and max(sides) <= LARGEST
 
 
 def column_major(m: torch.Tensor) -> torch.Tensor:
@@ -252,7 +251,7 @@ def _lu_unpack(
     lu: torch.Tensor, pivots: torch.Tensor, unpack_data: bool = True, unpack_pivots: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     m, n = (lu.shape[-2], lu.shape[-1]) if lu.dim() >= 2 else (0, 0)
-    if lu.dtype not in _FLOATS or not 0 < m <= LARGEST or n > LARGEST:
+    if lu.dtype not in FLOATS or not within(m, LARGEST) or n > LARGEST:
         return through_the_cpu(
             "aten::lu_unpack.out",
             torch.ops.aten.lu_unpack,
@@ -370,9 +369,7 @@ def _solve_triangular(
 
 def _triangular_fits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """A float square A of at most :data:`WIDEST_TRIANGLE` rows, and a B of its dtype."""
-    square = a.dim() >= 2 and a.shape[-1] == a.shape[-2]
-    fits = square and a.dtype in _FLOATS and 0 < a.shape[-1] <= WIDEST_TRIANGLE
-    return fits and b.dtype == a.dtype and b.dim() >= 2
+    return square_floats(a, WIDEST_TRIANGLE) and b.dtype == a.dtype and b.dim() >= 2
 
 
 def _broadcast(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
