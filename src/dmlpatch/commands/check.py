@@ -400,6 +400,7 @@ def _print(
     out = sys.stderr
     where = "simulated DirectML" if backend == "sim" else "DirectML"
     out.write(f"dmlpatch check: {where}" + (f", profile {profile}" if profile else "") + "\n")
+    out.write(f"installed: {installed_line()}\n")
     from dmlpatch.placement import summary
 
     out.write(f"model compute: {summary.headline(compute)}\n")
@@ -440,6 +441,20 @@ def _print(
     out.flush()
 
 
+def installed_line() -> str:
+    """What dmlpatch changed in the process, by kind (the ledger; ``--json`` lists each)."""
+    entries = changes.entries()
+    kinds: dict[str, int] = {}
+    for entry in entries:
+        kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
+    by_kind = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+    kept = sum(1 for entry in entries if entry.undo is None)
+    return (
+        f"{len(entries)} changes to this process ({by_kind}); "
+        f"{kept} of them cannot be undone by dmlpatch.unpatch()"
+    )
+
+
 def _write_json(
     destination: str,
     rows: list[Row],
@@ -463,6 +478,7 @@ def _write_json(
         "known_failure": outcome.known_failure,
         "exit_code": outcome.exit_code,
         "verdict": outcome.verdict,
+        "installed": changes.listing(),
         "divergence": None
         if divergence is None
         else {

@@ -292,6 +292,16 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         forced = cpu_ops.register(library, forced_ops)
         _library = library
         _installed = Installed(backend, profile, tuple(fixes), tuple(forced))
+        from dmlpatch import changes
+
+        changes.record(
+            __name__,
+            "kernels",
+            f"{len(fixes)} operator fixes for DirectML's gaps"
+            + (f" and {len(forced)} {DMLPATCH_CPU_OPS} operators" if forced else "")
+            + " registered for PrivateUse1 through torch.library",
+            uninstall,
+        )
         return _installed
 
 
@@ -461,6 +471,7 @@ def installed() -> Optional[Installed]:
 def uninstall() -> None:
     """Remove every registered kernel: DirectML's own kernels serve the operators again."""
     global _library, _installed
+    from dmlpatch import changes
     from dmlpatch.opfix import (
         device_module,
         module_moves,
@@ -471,6 +482,7 @@ def uninstall() -> None:
     )
     from dmlpatch.opfix.tensors import allocation
 
+    changes.forget(__name__)
     with _lock:
         shared_modules.uninstall()
         module_moves.uninstall()

@@ -25,6 +25,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Optional
 
+from dmlpatch import changes
+
 #: The reducers this module replaced, by class, while installed.
 _originals: dict[type, Callable[..., Any]] = {}
 _lock = threading.Lock()
@@ -56,9 +58,9 @@ def _refusing(original: Callable[..., Any]) -> Callable[..., Any]:
 def arriving_device(kind: str, index: Optional[int]) -> Any:
     """A device unpickled in a worker, after the worker has committed to dmlpatch's device
     (where dmlpatch is active in it), so that torch knows ``privateuseone``."""
-    from dmlpatch.startup import sequence
+    from dmlpatch.rewriting import hook
 
-    if sequence.current():
+    if hook.is_installed():  # a worker dmlpatch started: its start-up's hook is in
         from dmlpatch.devices import resolution
 
         resolution.current()
@@ -91,12 +93,19 @@ def install() -> None:
                 _originals[cls] = original
                 ForkingPickler.register(cls, _refusing(original))
         ForkingPickler.register(torch.device, _reduce_device)
+        changes.record(
+            __name__,
+            "reducers",
+            "multiprocessing's reducers of device tensors, storages and torch.device",
+            uninstall,
+        )
 
 
 def uninstall() -> None:
     """PyTorch's reducers back."""
     from multiprocessing.reduction import ForkingPickler
 
+    changes.forget(__name__)
     with _lock:
         for cls, original in _originals.items():
             ForkingPickler.register(cls, original)
