@@ -43,6 +43,7 @@ from dmlpatch.paths import cache_subdirectory, file_tag
 from dmlpatch.record import DISCOVERED
 from dmlpatch.rewriting import freshness
 from dmlpatch.rewriting.rules import GENERATION, may_have_sites
+from dmlpatch.runtime import SITES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class Leave(NamedTuple):
 
 _UNKNOWN: Any = object()
 
-RUNTIME = "dmlpatch.runtime.sites"
+RUNTIME = SITES
 
 
 class Discovery:

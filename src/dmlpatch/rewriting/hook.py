@@ -25,6 +25,7 @@ import types
 
 from dmlpatch import log, record
 from dmlpatch.rewriting.rules import may_have_sites
+from dmlpatch.runtime import SITES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class ModuleTarget(NamedTuple):
     expect_sites: int  # fewer found => the spec is stale: warn, load the module unrewritten
     fingerprint: str  # hash of the spec's content; part of the bytecode cache tag
     # What its sites call (see dmlpatch.runtime.as_written).
-    runtime: str = "dmlpatch.runtime.sites"
+    runtime: str = SITES
     # The program's own code (see dmlpatch.rewriting.transform.rewrite).
     program: bool = False
 

@@ -24,6 +24,8 @@ import linecache
 from types import TracebackType
 from typing import Optional
 
+from dmlpatch.runtime import ALIAS, KEPT_ALIAS
+
 #: The first words of the errors torch raises when CUDA is asked for without a CUDA GPU.
 CUDA_ONLY_ERRORS = (
     "Found no NVIDIA driver",
@@ -90,8 +92,8 @@ def _reaching_frame(
         path = frame.f_code.co_filename
         if not frames.internal(path):
             module = str(frame.f_globals.get("__name__", ""))
-            rewritten = "__dmlpatch__" in frame.f_globals or "__dmlpatch_kept__" in frame.f_globals
-            kept = "__dmlpatch_kept__" in frame.f_code.co_names
+            rewritten = ALIAS in frame.f_globals or KEPT_ALIAS in frame.f_globals
+            kept = KEPT_ALIAS in frame.f_code.co_names
             found = (path, tb.tb_lineno, frame.f_code.co_name, module, rewritten, kept)
         tb = tb.tb_next
     return found

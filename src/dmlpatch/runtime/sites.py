@@ -22,6 +22,8 @@ import sys
 from typing import Any
 
 from dmlpatch.devices import resolution as _resolution
+from dmlpatch.runtime import ALIAS as ALIAS  # the name rewritten modules see this module by
+from dmlpatch.runtime import KEPT_ALIAS as KEPT_ALIAS
 from dmlpatch.runtime import cuda_device as _cuda_device
 from dmlpatch.runtime import on_behalf
 from dmlpatch.runtime.cuda_device import current_device as current_device
@@ -39,12 +41,6 @@ from dmlpatch.runtime.cuda_device import set_device as set_device
 from dmlpatch.runtime.cuda_device import synchronize as synchronize
 from dmlpatch.runtime.device_tests import as_cuda as as_cuda
 from dmlpatch.runtime.device_tests import is_cuda as is_cuda
-
-#: The name under which rewritten modules see this module.
-ALIAS = "__dmlpatch__"
-#: The name under which they see ``dmlpatch.runtime.as_written``, for the functions
-#: that keep CUDA's meaning (see ``dmlpatch.rewriting.transform``).
-KEPT_ALIAS = "__dmlpatch_kept__"
 
 #: ``torch.cuda.<name>(...)`` calls the rewriter routes here; anything else is left alone.
 CUDA_FUNCTIONS = frozenset(

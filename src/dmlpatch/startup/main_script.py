@@ -29,6 +29,7 @@ import types
 
 from dmlpatch import log
 from dmlpatch.rewriting.rules import may_have_sites
+from dmlpatch.runtime import ALIAS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def _run_instead(namespace: dict[str, Any], source: bytes, path: str) -> None:
     from dmlpatch.startup import runner, spawn_main
 
     code = hook.compile_main(source, path)
-    if "__dmlpatch__" not in code.co_names:
+    if ALIAS not in code.co_names:
         return  # no sites, or the device needs none: the original goes on as it is
     spec = namespace.get("__spec__")
     if spec is not None and getattr(spec, "name", None):

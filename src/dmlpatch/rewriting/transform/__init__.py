@@ -124,12 +124,11 @@ from dmlpatch.rewriting.transform.names import ImportedNames
 from dmlpatch.rewriting.transform.nodes import Lines, insert_runtime_import, uses_name
 from dmlpatch.rewriting.transform.transformer import Transformer
 from dmlpatch.rewriting.transform.walker import Site
-from dmlpatch.runtime.sites import ALIAS, KEPT_ALIAS
+from dmlpatch.runtime import ALIAS, AS_WRITTEN, KEPT_ALIAS, SITES
 
 __all__ = ["RUNTIME_MODULE", "Rewritten", "Site", "find_sites", "rewrite"]
 
-RUNTIME_MODULE = "dmlpatch.runtime.sites"
-_AS_WRITTEN_MODULE = "dmlpatch.runtime.as_written"
+RUNTIME_MODULE = SITES
 #: Site kinds rewritten only in a module with other sites, or one that hard-codes CUDA another
 #: way (:func:`_hard_codes_cuda`).
 _ONLY_BESIDE_CUDA = frozenset({"device_value", "device_argument", "torch_load", "cuda_test"})
@@ -188,7 +187,7 @@ def rewrite(
     if sites and (not kept or uses_name(tree, ALIAS)):
         insert_runtime_import(tree, runtime, ALIAS)
     if kept:
-        insert_runtime_import(tree, _AS_WRITTEN_MODULE, KEPT_ALIAS)
+        insert_runtime_import(tree, AS_WRITTEN, KEPT_ALIAS)
     return Rewritten(tree, sites, tuple(sorted(transformer.unanswered)), tuple(kept))
 
 

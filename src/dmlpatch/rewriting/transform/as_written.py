@@ -12,11 +12,11 @@ from typing import Any, Optional, cast
 
 from dmlpatch.rewriting.transform.nodes import located
 from dmlpatch.rewriting.transform.walker import FUNCTIONS, Scope, Walker
-from dmlpatch.runtime.sites import ALIAS, KEPT_ALIAS
+from dmlpatch.runtime import ALIAS, CUDA_API, KEPT_ALIAS, PACKAGE
 
-CUDA_API_MODULE = "dmlpatch.runtime.cuda_api"
+CUDA_API_MODULE = CUDA_API
 #: ``from torch import accelerator`` is rewritten to import it from here.
-RUNTIME_PACKAGE = "dmlpatch.runtime"
+RUNTIME_PACKAGE = PACKAGE
 
 
 class KeptAsWritten(Walker):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Optional, TypeVar, Union
 
-from dmlpatch.runtime.sites import ALIAS, KEPT_ALIAS
+from dmlpatch.runtime import ALIAS, KEPT_ALIAS
 
 Node = TypeVar("Node", bound=ast.AST)
 

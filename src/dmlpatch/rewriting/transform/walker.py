@@ -9,7 +9,7 @@ from typing import NamedTuple, Optional, Union
 
 from dmlpatch.rewriting.transform.names import ImportedNames
 from dmlpatch.rewriting.transform.nodes import Lines
-from dmlpatch.runtime.sites import ALIAS, KEPT_ALIAS
+from dmlpatch.runtime import ALIAS, KEPT_ALIAS
 
 
 class Site(NamedTuple):
