@@ -141,6 +141,12 @@ def configure(unsupported_names: frozenset[str], float64_everywhere: Optional[bo
     return _current
 
 
+def reset() -> None:
+    """No policy: the device's fixes are not installed."""
+    global _current
+    _current = None
+
+
 def current() -> Optional[Policy]:
     """The process's policy, once the device's fixes are installed."""
     return _current

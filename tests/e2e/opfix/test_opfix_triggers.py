@@ -14,7 +14,7 @@ from tests.e2e.opfix.helpers import PROFILE
 
 import dmlpatch.sim as sim
 from dmlpatch import opfix
-from dmlpatch.opfix import sentinels, triggers
+from dmlpatch.opfix import installer, sentinels, triggers
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_products_and_sums_are_directmls_own_until_a_trigger(fresh: torch.device
     (x + y).mean()
     x.to(torch.float16)
     assert triggers.waiting_for(torch.bool) and triggers.waiting_for(torch.uint8)
-    assert opfix._triggered == []
+    assert installer._triggered == []
     fixed = sim.counters()["ops"]["fixed"]
     assert "aten::mul.out" not in fixed and "aten::sum.IntList_out" not in fixed
 

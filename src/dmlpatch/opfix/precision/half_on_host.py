@@ -63,6 +63,9 @@ def _overloads() -> list[torch._ops.OpOverload]:
     return found
 
 
+#: Of two fixes for one operator, the other's kernel wins: this one serves what no other does.
+YIELDS_TO = ("vision.sampling",)
+
 KERNELS = tuple(
     Kernel(
         op.name().split("::", 1)[1],

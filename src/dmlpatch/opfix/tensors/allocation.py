@@ -99,6 +99,15 @@ _contiguous: dict[tuple[int, ...], tuple[int, ...]] = {}
 _CONTIGUOUS_KEPT = 4096
 
 
+def reset() -> None:
+    """As before the fixes were installed: no dtype policy, no dtype allocated plainly."""
+    global _plain
+    from dmlpatch.opfix import dtype_policy
+
+    _plain = frozenset()
+    dtype_policy.reset()
+
+
 def plain_dtypes(dtypes: frozenset[torch.dtype]) -> None:
     """Set at install, and widened as waiting fixes are installed."""
     global _plain

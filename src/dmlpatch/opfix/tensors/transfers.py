@@ -54,6 +54,13 @@ def between_adapters(quirk: bool, adapters: int) -> None:
     through_host_between_adapters = quirk and adapters > 1
 
 
+def reset() -> None:
+    """As before the fixes were installed: every copy takes the short path."""
+    global through_host_between_adapters, _attention, _waiting, _watched
+    through_host_between_adapters = False
+    _attention = _waiting = _watched = frozenset()
+
+
 def watch_triggers(dtypes: frozenset[torch.dtype]) -> None:
     global _waiting, _watched
     _waiting = dtypes
