@@ -20,6 +20,8 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NamedTuple, Optional
+
+    from dmlpatch.report_types import Installed
 else:
     from dmlpatch._tuple import NamedTuple
 
@@ -157,7 +159,7 @@ def undo() -> list[Change]:
     return kept
 
 
-def listing() -> list[dict[str, Any]]:
+def listing() -> list[Installed]:
     """The changes in force, for the report and ``dmlpatch check --json``."""
     return [
         {"kind": c.kind, "what": c.what, "undoable": c.undo is not None, "why_not": c.why_not}

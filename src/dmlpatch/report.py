@@ -14,10 +14,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from dmlpatch.report_types import Copies, Kept, Patch, Report, Rewritten, Transfers
+
 #: Where a run's report goes (``--report=FILE`` sets it for the program's children).
 
 
-def snapshot() -> dict[str, Any]:
+def snapshot() -> Report:
     """The report as plain JSON-able data; never imports torch itself.
 
     ``device``/``backend``/``adapter``/``why``: what dmlpatch selected for the program's CUDA
@@ -31,27 +33,27 @@ def snapshot() -> dict[str, Any]:
     from dmlpatch.placement import session
 
     resolution = session.selected()
-    patches: dict[str, dict[str, Any]] = {}
-    rewritten: list[dict[str, Any]] = []
-    unrewritten: list[dict[str, Any]] = []
+    patches: dict[str, Patch] = {}
+    rewritten: list[Rewritten] = []
+    unrewritten: list[Kept] = []
     recorded = record.Entries()
 
-    def spec_entry(name: str) -> dict[str, Any]:
+    def spec_entry(name: str) -> Patch:
         return patches.setdefault(name, {"modules": [], "functions": [], "skipped": []})
 
     for entry in recorded.rewrites:
         by = {record.MAIN: "main script", record.DISCOVERED: record.DISCOVERED}.get(
             entry["spec"], "spec"
         )
-        rewritten.append(
-            {
-                "module": entry["module"],
-                "sites": entry["sites"],
-                "cached": entry["cached"],
-                "by": by,
-                **({"spec": entry["spec"]} if by == "spec" else {}),
-            }
-        )
+        done: Rewritten = {
+            "module": entry["module"],
+            "sites": entry["sites"],
+            "cached": entry["cached"],
+            "by": by,
+        }
+        if by == "spec":
+            done["spec"] = entry["spec"]
+        rewritten.append(done)
         if entry["spec"] == record.DISCOVERED:
             continue
         spec = spec_entry(entry["spec"])
@@ -70,7 +72,9 @@ def snapshot() -> dict[str, Any]:
             continue
         spec = spec_entry(entry["spec"])
         spec["skipped"].append({"module": entry["module"], "reason": entry["reason"]})
-    data: dict[str, Any] = {
+    from dmlpatch import changes
+
+    data: Report = {
         "device": resolution.device if resolution else None,
         "backend": resolution.backend if resolution else None,
         "adapter": resolution.adapter if resolution else None,
@@ -79,12 +83,11 @@ def snapshot() -> dict[str, Any]:
         "patches": patches,
         "rewritten": rewritten,
         "kept_as_written": unrewritten,
+        "compute": session.section(),
+        "installed": changes.listing(),
+        "ops": None,
+        "transfers": None,
     }
-    data["compute"] = session.section()
-    from dmlpatch import changes
-
-    data["installed"] = changes.listing()
-    data["ops"] = data["transfers"] = None
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():
         counters = sim.counters()
@@ -93,7 +96,7 @@ def snapshot() -> dict[str, Any]:
     return data
 
 
-def transfers(counters: dict[str, Any]) -> dict[str, Any]:
+def transfers(counters: dict[str, Any]) -> Transfers:
     """The program's own host<->device copies beside those of DirectML's CPU fallbacks."""
     copies = counters.get("copies") or {}
     return {
@@ -103,17 +106,17 @@ def transfers(counters: dict[str, Any]) -> dict[str, Any]:
             "bytes": sum(entry["bytes"] for entry in copies.values()),
             "by_operator": copies,
         },
-        "syncs": counters.get("syncs"),
+        "syncs": counters["syncs"],
     }
 
 
-def _programs_own(counted: dict[str, Any]) -> dict[str, Any]:
+def _programs_own(counted: dict[str, Copies]) -> dict[str, Copies]:
     """The simulated device's transfer counts less the copies dmlpatch's own CPU kernels made
     (``DMLPATCH_CPU_OPS``, counted fallbacks): those are the fallbacks', not the program's."""
     cpu_ops = sys.modules.get("dmlpatch.opfix.cpu_ops")
     if cpu_ops is None:
         return counted
-    own = {key: dict(value) for key, value in counted.items()}
+    own: dict[str, Copies] = {key: {**value} for key, value in counted.items()}
     for direction, made in cpu_ops.copies_made().items():
         entry = own.get(direction)
         if entry is not None:
@@ -192,18 +195,18 @@ def write(destination: str) -> None:
         )
 
 
-def _write_page(destination: str, data: dict[str, Any]) -> None:
+def _write_page(destination: str, data: Report) -> None:
     """The report as the placement page (a path ending in ``.html``)."""
     import shlex
 
     from dmlpatch.placement import summary
     from dmlpatch.placement_page import page
 
-    compute = data.get("compute") or {}
-    device = data.get("device") or "no device"
+    compute = data["compute"]
+    device = data["device"] or "no device"
     if compute:
         verdict = summary.exit_warning(compute, sys.argv) or summary.headline(compute)
     else:
-        verdict = f"no model compute was counted ({data.get('why') or 'nothing ran'})"
+        verdict = f"no model compute was counted ({data['why'] or 'nothing ran'})"
     program = shlex.join(sys.argv) if sys.argv and sys.argv[0] else "<program>"
     page.write(destination, page.Report(program, device, verdict, compute, [], page.BY_RUN))

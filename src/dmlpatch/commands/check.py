@@ -25,12 +25,15 @@ import os
 import re
 import sys
 import traceback
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from dmlpatch import changes, log
 from dmlpatch.environment_variables import DMLPATCH_DISABLE, DMLPATCH_SIM_PROFILE, DMLPATCH_TRACE
 from dmlpatch.errors import UsageError
 from dmlpatch.gaps.profiles import DEFAULT_PROFILE
+
+if TYPE_CHECKING:
+    from dmlpatch.report_types import Compute
 
 USAGE = f"""\
 usage: dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--html DIR]
@@ -234,7 +237,7 @@ def first_frame(stack: str) -> Optional[str]:
     return found
 
 
-def _fallbacks_as_counted(compute: dict[str, Any], rows: list[Row]) -> None:
+def _fallbacks_as_counted(compute: Compute, rows: list[Row]) -> None:
     """The fallbacks the headline names are the table's: the backend counts every call that
     reaches the device, so its calls, copies and bytes are the one count. The operator counter
     adds what only it knows (the work, the line, the time); a fallback it never saw (run in a
@@ -245,10 +248,20 @@ def _fallbacks_as_counted(compute: dict[str, Any], rows: list[Row]) -> None:
             continue
         entry = named.get(row.op)
         if entry is None:
-            entry = {"operator": row.op, "flops": 0, "estimated_by": None, "seconds": 0.0}
-            entry["at"] = row.first_call
-            compute["cpu_fallbacks"].append(entry)
-        entry["calls"], entry["copies"], entry["bytes"] = row.calls, row.copies, row.bytes
+            compute["cpu_fallbacks"].append(
+                {
+                    "operator": row.op,
+                    "flops": 0,
+                    "estimated_by": None,
+                    "seconds": 0.0,
+                    "at": row.first_call,
+                    "calls": row.calls,
+                    "copies": row.copies,
+                    "bytes": row.bytes,
+                }
+            )
+        else:
+            entry["calls"], entry["copies"], entry["bytes"] = row.calls, row.copies, row.bytes
 
 
 def _first_line(error: Optional[BaseException]) -> Optional[str]:
@@ -293,7 +306,7 @@ def judge(
     error: Optional[BaseException],
     program_code: int,
     divergence: Any,
-    compute: Optional[dict[str, Any]] = None,
+    compute: Optional[Compute] = None,
 ) -> Outcome:
     """The exit status and the one-line verdict."""
     refused = [r for r in rows if r.how == "refused"]
@@ -364,7 +377,7 @@ def judge(
     return Outcome(0, "runs", verdict)
 
 
-def _on_cpu(compute: Optional[dict[str, Any]]) -> Optional[str]:
+def _on_cpu(compute: Optional[Compute]) -> Optional[str]:
     """The verdict when a significant share of model compute ran on the CPU, else None."""
     from dmlpatch.placement import summary
 
@@ -376,7 +389,7 @@ def _on_cpu(compute: Optional[dict[str, Any]]) -> Optional[str]:
     verdict = f"does not run on DirectML: {summary.headline(compute)}"
     if compute["cpu_lines"]:
         verdict += f", most at {compute['cpu_lines'][0]['display']}"
-    cause = compute.get("likely_cause")
+    cause = compute["likely_cause"]
     if cause:
         verdict += f"; likely cause: {cause['text']}"
     return verdict
@@ -395,7 +408,7 @@ def _print(
     profile: Optional[str],
     divergence: Any,
     counters: dict[str, Any],
-    compute: dict[str, Any],
+    compute: Compute,
 ) -> None:
     out = sys.stderr
     where = "simulated DirectML" if backend == "sim" else "DirectML"
@@ -463,7 +476,7 @@ def _write_json(
     profile: Optional[str],
     counters: dict[str, Any],
     divergence: Any,
-    compute: dict[str, Any],
+    compute: Compute,
 ) -> bool:
     """Whether the JSON was written (a failure is said in one line)."""
     from dmlpatch import report
@@ -498,7 +511,7 @@ def _write_json(
 
 
 def _write_html(
-    options: Any, rows: list[Row], outcome: Outcome, device: str, compute: dict[str, Any]
+    options: Any, rows: list[Row], outcome: Outcome, device: str, compute: Compute
 ) -> bool:
     """Whether the page was written (a failure is said in one line)."""
     import shlex

@@ -14,17 +14,20 @@ lines' call counts (a few dozen entries) and nothing else; the counted calls pay
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Final, Optional
 
 from dmlpatch.devices import announce
 from dmlpatch.placement import ledger, summary
 
+if TYPE_CHECKING:
+    from dmlpatch.report_types import Tests, WarnedTest
+
 #: The outcomes, in the order the summary line says them.
-ON_DEVICE = "on_device"
-ON_CPU_AS_PARAMETRIZED = "on_cpu_as_parametrized"
-ASKED_BUT_ON_CPU = "asked_for_cuda_but_on_cpu"
-ON_CPU_NEVER_ASKED = "on_cpu_never_asking_for_cuda"
-NOT_PLACED = "no_layer_and_no_device_argument"
+ON_DEVICE: Final = "on_device"
+ON_CPU_AS_PARAMETRIZED: Final = "on_cpu_as_parametrized"
+ASKED_BUT_ON_CPU: Final = "asked_for_cuda_but_on_cpu"
+ON_CPU_NEVER_ASKED: Final = "on_cpu_never_asking_for_cuda"
+NOT_PLACED: Final = "no_layer_and_no_device_argument"
 #: Tests warned about one line each; the rest in one line.
 _NAMED = 5
 #: The argument names suites give a test's device (as the plugin's collection hook reads them).
@@ -49,7 +52,7 @@ _counts: dict[str, int] = dict.fromkeys(
     (ON_DEVICE, ON_CPU_AS_PARAMETRIZED, ASKED_BUT_ON_CPU, ON_CPU_NEVER_ASKED, NOT_PLACED), 0
 )
 #: One line for each test that asked for CUDA and ran on the CPU.
-_warned: list[dict[str, Any]] = []
+_warned: list[WarnedTest] = []
 _said = False
 
 
@@ -165,9 +168,16 @@ def counted() -> bool:
     return any(_counts.values())
 
 
-def as_dict() -> dict[str, Any]:
+def as_dict() -> Tests:
     """The report's ``compute.tests``: tests by outcome, and those that warned."""
-    return {**_counts, "warned": list(_warned)}
+    return {
+        ON_DEVICE: _counts[ON_DEVICE],
+        ON_CPU_AS_PARAMETRIZED: _counts[ON_CPU_AS_PARAMETRIZED],
+        ASKED_BUT_ON_CPU: _counts[ASKED_BUT_ON_CPU],
+        ON_CPU_NEVER_ASKED: _counts[ON_CPU_NEVER_ASKED],
+        NOT_PLACED: _counts[NOT_PLACED],
+        "warned": list(_warned),
+    }
 
 
 def say() -> None:
@@ -207,7 +217,7 @@ def summary_line(device: str) -> str:
     return f"tests by where they ran: {', '.join(said)}"
 
 
-def warning_line(entry: dict[str, Any], device: str) -> str:
+def warning_line(entry: WarnedTest, device: str) -> str:
     """One test that asked for CUDA and computed mostly on the CPU."""
     on_cpu = entry["on_cpu"]["flops"]
     total = on_cpu + entry["on_device"]["flops"]

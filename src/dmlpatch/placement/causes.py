@@ -29,6 +29,8 @@ from dmlpatch.placement import frames
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NamedTuple
+
+    from dmlpatch.report_types import LikelyCause
 else:
     # Imported at exit: typing's NamedTuple evaluates a string, which in CPython 3.11 makes an
     # interrupted program (Ctrl-C) exit 1 instead of by SIGINT.
@@ -44,7 +46,7 @@ class Cause(NamedTuple):
     where: Optional[str]  # file:line
     text: str  # one clause for a person
 
-    def as_dict(self) -> dict[str, Optional[str]]:
+    def as_dict(self) -> LikelyCause:
         return {"kind": self.kind, "at": self.where, "text": self.text}
 
 

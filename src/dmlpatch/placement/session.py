@@ -19,15 +19,16 @@ from dmlpatch.environment_variables import DMLPATCH_ACCOUNTING, DMLPATCH_QUIET
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import ModuleType
-    from typing import Any, Optional
+    from typing import Optional
 
     from dmlpatch.devices.resolution import Resolution
+    from dmlpatch.report_types import Compute
 
 
 _by_operators = False
 _lines = False
 _started = False
-_section: Optional[dict[str, Any]] = None
+_section: Optional[Compute] = None
 
 
 def by_operators() -> None:
@@ -115,7 +116,7 @@ def selected() -> Optional[Resolution]:
     return chosen
 
 
-def section() -> Optional[dict[str, Any]]:
+def section() -> Optional[Compute]:
     """The report's ``compute`` section, or None when nothing was counted in this process.
 
     Made once, at exit (the likely cause reads source files): the warning and the report
@@ -149,7 +150,7 @@ def section() -> Optional[dict[str, Any]]:
     return _section
 
 
-def _asked(found: dict[str, Any]) -> bool:
+def _asked(found: Compute) -> bool:
     """Whether the program asked for the accelerator: a rewritten site or fix handed it out,
     some compute ran there, or a CUDA site that dmlpatch did not rewrite chose the CPU. A
     program that never mentions CUDA is told nothing about where its CPU compute ran."""
@@ -157,8 +158,8 @@ def _asked(found: dict[str, Any]) -> bool:
 
     if announce.handed_out() or found["on_device"]["calls"]:
         return True
-    cause = found.get("likely_cause") or {}
-    return cause.get("kind") == "not-rewritten"
+    cause = found["likely_cause"]
+    return cause is not None and cause["kind"] == "not-rewritten"
 
 
 def _warn_at_exit() -> None:

@@ -4,9 +4,12 @@ ran the rest, the likely cause, and the words for the report, ``check`` and the 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from dmlpatch.placement import causes, families, ledger
+
+if TYPE_CHECKING:
+    from dmlpatch.report_types import Compute, CpuFallback, CpuLine, Line, LineFallback
 
 #: ``dmlpatch check`` fails (exit 1) when at least this share of model compute ran on the CPU.
 SIGNIFICANT_CPU_SHARE = 0.10
@@ -23,7 +26,7 @@ def flops_text(value: int) -> str:
     return f"{value} FLOP"
 
 
-def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any]:
+def compute(book: ledger.Ledger, device: str, device_type: str) -> Compute:
     """The report's ``compute`` section (JSON-able) for the selected ``device``."""
     device_calls, device_flops = book.totals(device_type)
     cpu_calls, cpu_flops = book.totals(ledger.CPU)
@@ -34,7 +37,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
     )
     sites = book.heaviest_cpu_sites()
     cpu_share = _share(cpu_calls, cpu_flops, device_calls, device_flops)
-    lines = [
+    lines: list[CpuLine] = [
         {
             "at": f"{site.file}:{site.line}" if site else None,
             "display": site.describe() if site else "(no Python caller: autograd's backward)",
@@ -46,7 +49,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
         }
         for site, entry in sites[:_TOP_LINES]
     ]
-    fallbacks = [
+    fallbacks: list[CpuFallback] = [
         {
             "operator": operator,
             "calls": tally["calls"],
@@ -70,7 +73,7 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
         else:
             files = [site.file for site, entry in sites if site is not None]
             cause = causes.likely(files, _main_file()).as_dict()
-    section = {
+    section: Compute = {
         "counted": book.counted,
         "device": device,
         "on_device": {"calls": device_calls, "flops": device_flops},
@@ -91,13 +94,20 @@ def compute(book: ledger.Ledger, device: str, device_type: str) -> dict[str, Any
     return section
 
 
-def _line(site: Any, parts: dict[str, Any]) -> dict[str, Any]:
+def _line(site: Any, parts: dict[str, Any]) -> Line:
     """One source line's compute, by where it ran (the HTML report's marks)."""
     device = parts.get("device") or {}
     cpu = parts.get("cpu") or {}
     costs = cpu.get("fallback_costs") or {}
-    through = [
-        {"operator": operator, **cost, "seconds": round(cost["seconds"], 6)}
+    through: list[LineFallback] = [
+        {
+            "operator": operator,
+            "calls": cost["calls"],
+            "flops": cost["flops"],
+            "copies": cost["copies"],
+            "bytes": cost["bytes"],
+            "seconds": round(cost["seconds"], 6),
+        }
         for operator, cost in sorted(costs.items(), key=lambda item: -item[1]["seconds"])
     ]
     return {
@@ -129,12 +139,12 @@ def _share(cpu_calls: int, cpu_flops: int, device_calls: int, device_flops: int)
     return None
 
 
-def cpu_share(section: dict[str, Any]) -> Optional[float]:
+def cpu_share(section: Compute) -> Optional[float]:
     share = section.get("device_share")
     return None if share is None else 1.0 - share
 
 
-def layers_cpu_share(section: dict[str, Any]) -> Optional[float]:
+def layers_cpu_share(section: Compute) -> Optional[float]:
     """The CPU's share of the layers' compute alone (convolutions, products, attention,
     normalisation, recurrence), which the verdicts judge: fallbacks of other operators are
     named beside it, but a few elements of padding or NMS do not make a model "run on the
@@ -158,7 +168,7 @@ def _main_file() -> Optional[str]:
     return os.path.abspath(path) if isinstance(path, str) else None
 
 
-def headline(section: dict[str, Any]) -> str:
+def headline(section: Compute) -> str:
     """One clause: how much model compute ran where, and what ran through CPU fallbacks."""
     share = cpu_share(section)
     device = section["device"]
@@ -191,7 +201,7 @@ def share_text(share: float) -> str:
     return f"{percent}%"
 
 
-def fallback_clause(section: dict[str, Any]) -> str:
+def fallback_clause(section: Compute) -> str:
     """``; 2 operators through DirectML's CPU fallback (12 calls, 36 copies, 3.1 MB)``, or ""."""
     fallbacks = section.get("cpu_fallbacks") or []
     if not fallbacks:
@@ -219,7 +229,7 @@ def bytes_text(value: int) -> str:
     return f"{scaled:.1f} {unit}"
 
 
-def fallback_line(section: dict[str, Any], argv: list[str]) -> Optional[str]:
+def fallback_line(section: Compute, argv: list[str]) -> Optional[str]:
     """The line an ordinary run says at exit when operators ran through DirectML's CPU
     fallback (most expensive first, by copies), or None."""
     fallbacks = sorted(
@@ -240,7 +250,7 @@ def fallback_line(section: dict[str, Any], argv: list[str]) -> Optional[str]:
     return f"ran through DirectML's CPU fallback: {named}{more}; see: dmlpatch check {program}"
 
 
-def explain(section: dict[str, Any]) -> list[str]:
+def explain(section: Compute) -> list[str]:
     """The CPU lines, heaviest first, and the likely cause, for ``dmlpatch check``."""
     out = []
     for line in section["cpu_lines"]:
@@ -253,11 +263,10 @@ def explain(section: dict[str, Any]) -> list[str]:
     cause = section.get("likely_cause")
     if cause:
         out.append(f"likely cause: {cause['text']}")
-    for key, what in (
-        ("data_loading_on_cpu", "data loading"),
-        ("model_setup_on_cpu", "modules being built (shape probes in __init__)"),
+    for part, what in (
+        (section["data_loading_on_cpu"], "data loading"),
+        (section["model_setup_on_cpu"], "modules being built (shape probes in __init__)"),
     ):
-        part = section[key]
         if part["calls"]:
             out.append(
                 f"  ({what} ran {part['calls']} heavy calls, {flops_text(part['flops'])}, on the "
@@ -266,7 +275,7 @@ def explain(section: dict[str, Any]) -> list[str]:
     return out
 
 
-def exit_warning(section: dict[str, Any], argv: list[str]) -> Optional[str]:
+def exit_warning(section: Compute, argv: list[str]) -> Optional[str]:
     """The one line an ordinary run says at exit, or None when most compute ran on the device
     or the run was a test suite (the pytest plugin warned test by test)."""
     if section.get("tests") is not None:

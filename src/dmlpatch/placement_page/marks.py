@@ -6,9 +6,12 @@ costliest place, the words list them all.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from dmlpatch.placement.summary import bytes_text, flops_text
+
+if TYPE_CHECKING:
+    from dmlpatch.report_types import Line, LineWork
 
 #: The report's own words for amounts, re-exported for the page.
 size, flops = bytes_text, flops_text
@@ -45,7 +48,7 @@ def _calls(count: int) -> str:
     return f"{count} call" + ("" if count == 1 else "s")
 
 
-def of_line(entry: dict[str, Any], device: str) -> Mark:
+def of_line(entry: Line, device: str) -> Mark:
     """The mark of one entry of the report's ``compute.lines``."""
     reasons: list[str] = []
     operators: list[tuple[str, str]] = []
@@ -88,5 +91,5 @@ def of_line(entry: dict[str, Any], device: str) -> Mark:
     return Mark(place, reasons, operators)
 
 
-def _families(part: dict[str, Any]) -> str:
+def _families(part: LineWork) -> str:
     return ", ".join(part.get("families") or ()) or "model compute"

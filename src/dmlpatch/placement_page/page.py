@@ -10,9 +10,12 @@ import datetime
 import html
 import os
 from importlib import resources
-from typing import Any, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from dmlpatch.placement_page import marks, sources
+
+if TYPE_CHECKING:
+    from dmlpatch.report_types import Compute, CpuFallback, Line
 
 
 class Report(NamedTuple):
@@ -23,8 +26,8 @@ class Report(NamedTuple):
     device: str
     #: ``check``'s verdict, or an ordinary run's headline.
     verdict: str
-    #: The report's ``compute`` section, with its ``lines``.
-    compute: dict[str, Any]
+    #: The report's ``compute`` section, with its ``lines``; None where nothing was counted.
+    compute: Optional[Compute]
     #: ``check``'s operator table (fixed, fallback, refused), as its JSON writes it.
     operators: list[dict[str, Any]]
     #: ``dmlpatch check`` or ``an ordinary run``.
@@ -41,8 +44,8 @@ def _asset(name: str) -> str:
 
 def render(report: Report) -> str:
     compute = report.compute
-    entries = compute.get("lines") or []
-    by_file: dict[str, dict[int, dict[str, Any]]] = {}
+    entries = (compute.get("lines") or []) if compute else []
+    by_file: dict[str, dict[int, Line]] = {}
     for entry in entries:
         by_file.setdefault(entry["file"], {})[entry["line"]] = entry
     roots = sources._library_roots()
@@ -126,11 +129,12 @@ def _known_failures(report: Report) -> dict[str, list[Any]]:
     from dmlpatch.gaps import catalogue
 
     wanted: dict[str, str] = {}
-    for fallback in report.compute.get("cpu_fallbacks") or ():
+    compute = report.compute
+    for fallback in compute["cpu_fallbacks"] if compute else ():
         wanted[fallback["operator"]] = marks.FALLBACK
     for row in report.operators:
         wanted.setdefault(row["op"], row["how"])
-    for entry in report.compute.get("lines") or ():
+    for entry in (compute.get("lines") or ()) if compute else ():
         for operator in entry.get("fixed") or {}:
             wanted.setdefault(operator, marks.FIXED)
     return {op: list(catalogue.for_gap(op, how)) for op, how in wanted.items()}
@@ -147,12 +151,13 @@ def _catalogue_links(operator: str, known: dict[str, list[Any]]) -> str:
 
 def _fallback_table(
     report: Report,
-    by_file: dict[str, dict[int, dict[str, Any]]],
+    by_file: dict[str, dict[int, Line]],
     anchors: dict[str, str],
     known: dict[str, list[Any]],
 ) -> str:
+    listed: list[CpuFallback] = report.compute["cpu_fallbacks"] if report.compute else []
     fallbacks = sorted(
-        report.compute.get("cpu_fallbacks") or [],
+        listed,
         key=lambda f: (-f.get("seconds", 0.0), -f.get("bytes", 0), -f["calls"]),
     )
     if not fallbacks:
@@ -185,7 +190,7 @@ def _fallback_table(
 
 
 def _first_line_of(
-    operator: str, by_file: dict[str, dict[int, dict[str, Any]]], anchors: dict[str, str]
+    operator: str, by_file: dict[str, dict[int, Line]], anchors: dict[str, str]
 ) -> Optional[tuple[str, str]]:
     """The anchor and name of the line where ``operator`` fell back most."""
     best: Optional[tuple[float, str, str]] = None
@@ -221,7 +226,7 @@ def _operator_table(report: Report, known: dict[str, list[Any]]) -> str:
 
 def _file_index(
     files: list[sources.Shown],
-    by_file: dict[str, dict[int, dict[str, Any]]],
+    by_file: dict[str, dict[int, Line]],
     device: str,
     anchors: dict[str, str],
 ) -> str:
@@ -249,7 +254,7 @@ def _file_index(
 
 
 def _file_section(
-    shown: sources.Shown, found: dict[int, dict[str, Any]], device: str, anchors: dict[str, str]
+    shown: sources.Shown, found: dict[int, Line], device: str, anchors: dict[str, str]
 ) -> str:
     anchor = anchors[shown.path]
     title = f"{shown.display} ({'the program' if shown.kind == 'program' else 'a library'})"
