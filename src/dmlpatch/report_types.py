@@ -23,8 +23,6 @@ Direction = Annotated[str, "<direction>"]
 
 
 class _Rewritten(TypedDict):
-    """``rewritten[]``: a module whose CUDA sites were rewritten."""
-
     module: str
     sites: int
     cached: bool
@@ -32,6 +30,8 @@ class _Rewritten(TypedDict):
 
 
 class Rewritten(_Rewritten, total=False):
+    """``rewritten[]``: a module whose CUDA sites were rewritten."""
+
     spec: str  # only where ``by`` is ``spec``
 
 
@@ -65,14 +65,14 @@ class Skipped(TypedDict):
 
 
 class _Patch(TypedDict):
-    """``patches.<spec>``: what one patch spec did."""
-
     modules: list[SpecModule]
     functions: list[str]  # module:qualname
     skipped: list[Skipped]
 
 
 class Patch(_Patch, total=False):
+    """``patches.<spec>``: what one patch spec did."""
+
     aliases: list[Alias]  # only where the spec provided one
 
 
@@ -176,8 +176,6 @@ class Line(TypedDict):
 
 
 class _Compute(TypedDict):
-    """``compute``: where model compute really ran (:func:`dmlpatch.placement.summary.compute`)."""
-
     counted: str  # layers | operators
     device: str
     on_device: Work
@@ -193,6 +191,8 @@ class _Compute(TypedDict):
 
 
 class Compute(_Compute, total=False):
+    """``compute``: where model compute really ran (:func:`dmlpatch.placement.summary.compute`)."""
+
     tests: Tests  # only when a test suite's tests were counted
     lines: list[Line]  # only when the run keeps lines for a page
 
