@@ -16,8 +16,6 @@ if TYPE_CHECKING:
 
     from dmlpatch.report_types import Copies, Kept, Patch, Report, Rewritten, Transfers
 
-#: Where a run's report goes (``--report=FILE`` sets it for the program's children).
-
 
 def snapshot() -> Report:
     """The report as plain JSON-able data; never imports torch itself.
