@@ -21,7 +21,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from dmlpatch.runtime.cuda_names import ERRORS, NAMES
+from dmlpatch.runtime.cuda_names import ERRORS, NAMES, RNG_FUNCTIONS
 from dmlpatch.runtime.sites import CUDA_FUNCTIONS, HARMLESS_CUDA_NAMES
 
 ANSWERED = "answered"
@@ -81,21 +81,7 @@ HOW: dict[str, str] = {
     "set_per_process_memory_fraction": "no cap (said once)",
     "get_per_process_memory_fraction": "1.0",
     "ipc_collect": "nothing to collect",
-    **dict.fromkeys(
-        (
-            "get_rng_state",
-            "get_rng_state_all",
-            "set_rng_state",
-            "set_rng_state_all",
-            "manual_seed",
-            "manual_seed_all",
-            "seed",
-            "seed_all",
-            "initial_seed",
-            "default_generators",
-        ),
-        _RNG,
-    ),
+    **dict.fromkeys(RNG_FUNCTIONS, _RNG),
     **dict.fromkeys(
         (
             "FloatTensor",
