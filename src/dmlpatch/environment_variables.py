@@ -25,6 +25,8 @@ DMLPATCH_DISABLE = "DMLPATCH_DISABLE"
 DMLPATCH_PATCHES = "DMLPATCH_PATCHES"
 DMLPATCH_DISABLE_PATCHES = "DMLPATCH_DISABLE_PATCHES"
 DMLPATCH_CPU_OPS = "DMLPATCH_CPU_OPS"
+DMLPATCH_DEVICE_OPS = "DMLPATCH_DEVICE_OPS"
+DMLPATCH_COST_PROFILE = "DMLPATCH_COST_PROFILE"
 DMLPATCH_CACHE_DIR = "DMLPATCH_CACHE_DIR"
 DMLPATCH_TRACE = "DMLPATCH_TRACE"
 DMLPATCH_SIM_PROFILE = "DMLPATCH_SIM_PROFILE"
@@ -55,6 +57,11 @@ MEANINGS = {
     DMLPATCH_DISABLE_PATCHES: "comma-separated names of patch specs or packs to leave out",
     DMLPATCH_CPU_OPS: "comma-separated operators (`aten::name`) to run on the CPU instead of "
     "the device",
+    DMLPATCH_DEVICE_OPS: "comma-separated operators (`aten::name`, or `all`) whose dmlpatch fix "
+    "runs on the device whatever the cost model says a CPU fallback would save",
+    DMLPATCH_COST_PROFILE: "the adapter profile that prices device work: a shipped one "
+    "(`rdna2-desktop`, `rdna3-desktop`, `intel-igpu`, `intel-arc`) or a profile file; on the "
+    "simulated device, the adapter it models",
     DMLPATCH_CACHE_DIR: "where caches live (default `$XDG_CACHE_HOME/dmlpatch` or "
     "`~/.cache/dmlpatch`)",
     DMLPATCH_TRACE: "`1`: the simulated device records where each operator was first called "

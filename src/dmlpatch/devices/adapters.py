@@ -95,3 +95,42 @@ def _adapter_memory(winreg: Any, root: Any, subkey: str, name: str) -> Optional[
     except OSError:
         return None
     return None
+
+
+#: The driver the simulated device says its adapters run (its cost model is its driver).
+SIMULATED_DRIVER = "simulated"
+
+
+def driver_version(backend: str, name: str) -> str:
+    """The display driver's version of the adapter called ``name`` (the registry's
+    ``DriverVersion``, beside its name), ``"simulated"`` on the simulated device, ``"unknown"``
+    where it cannot be read (WSL2, another platform)."""
+    if backend == "sim":
+        return SIMULATED_DRIVER
+    if backend != "directml" or sys.platform != "win32":
+        return "unknown"
+    try:
+        import winreg
+    except ImportError:
+        return "unknown"
+    try:
+        root = winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, _DISPLAY_CLASS)
+    except OSError:
+        return "unknown"
+    with root:
+        index = 0
+        while True:
+            try:
+                subkey = winreg.EnumKey(root, index)
+            except OSError:
+                return "unknown"
+            index += 1
+            if not subkey.isdigit():
+                continue
+            try:
+                with winreg.OpenKey(root, subkey) as key:
+                    if str(winreg.QueryValueEx(key, "DriverDesc")[0]).strip() != name.strip():
+                        continue
+                    return str(winreg.QueryValueEx(key, "DriverVersion")[0]).strip() or "unknown"
+            except OSError:
+                continue

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-Sink = Callable[[str, str, int, int], None]
+Sink = Callable[[str, str, int, int, int], None]
 
 _sink: Optional[Sink] = None
 
 
-def record(category: str, name: str, copies: int = 0, nbytes: int = 0) -> None:
+def record(category: str, name: str, copies: int = 0, nbytes: int = 0, cpu_ns: int = 0) -> None:
     """Count one call of ``name`` served as ``category`` (``fixed`` or ``fallback``), with the
-    host<->device copies it made."""
+    host<->device copies it made and the nanoseconds its CPU kernel took (a fallback's)."""
     sink = _sink
     if sink is not None:
-        sink(category, name, copies, nbytes)
+        sink(category, name, copies, nbytes, cpu_ns)
 
 
 def use_sim_counters() -> None:

@@ -225,6 +225,7 @@ def cpu_kernel(
             # fmod.Scalar's composite calling fmod.Tensor), and Python sees the number again.
             # The operator's own overloads take it as the CPU does (fmod.Scalar).
             run = _packet(op)
+        computing = perf_counter()
         try:
             result = run(*cpu_args, **cpu_kwargs)
         except RuntimeError as error:
@@ -236,6 +237,7 @@ def cpu_kernel(
             upcast.append(True)
             cpu_args, cpu_kwargs = tree_map(_widened, (cpu_args, cpu_kwargs))
             result = run(*cpu_args, **cpu_kwargs)
+        cpu_ns = int((perf_counter() - computing) * 1e9)
         target = device[0] if device else torch.device("privateuseone", 0)
         originals: dict[int, torch.Tensor] = {}
         for i in written:
@@ -265,7 +267,7 @@ def cpu_kernel(
             return value.to(target)
 
         moved = tree_map(to_device, result)
-        record("fallback", name, copies, nbytes)
+        record("fallback", name, copies, nbytes, cpu_ns)
         observer = _observer
         if observer is not None:
             observer(name, args, result, copies, nbytes, perf_counter() - started)

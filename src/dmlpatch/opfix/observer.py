@@ -131,11 +131,13 @@ class Observer(TorchDispatchMode):
         self.record("fallback", reported, copies, nbytes)
         return result
 
-    def _from_fix(self, category: str, name: str, copies: int, nbytes: int) -> None:
+    def _from_fix(
+        self, category: str, name: str, copies: int, nbytes: int, cpu_ns: int = 0
+    ) -> None:
         """Fixes and DMLPATCH_CPU_OPS report here; the previous sink still hears of them."""
         self.record(category, name, copies, nbytes)
         if self._previous_sink is not None:
-            self._previous_sink(category, name, copies, nbytes)
+            self._previous_sink(category, name, copies, nbytes, cpu_ns)
 
     def __enter__(self) -> Observer:
         self._previous_sink = _accounting.set_sink(self._from_fix)

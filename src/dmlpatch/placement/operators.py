@@ -72,11 +72,11 @@ class Counter(TorchDispatchMode):
         self._sink_before = _accounting.set_sink(self._heard)
         return super().__enter__()
 
-    def _heard(self, category: str, name: str, copies: int, nbytes: int) -> None:
+    def _heard(self, category: str, name: str, copies: int, nbytes: int, cpu_ns: int = 0) -> None:
         if self._records is not None:
             self._records.append((category, name))
         if self._sink_before is not None:
-            self._sink_before(category, name, copies, nbytes)
+            self._sink_before(category, name, copies, nbytes, cpu_ns)
 
     def __exit__(self, *exc: Any) -> Any:
         from dmlpatch.opfix import _accounting

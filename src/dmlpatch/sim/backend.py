@@ -127,6 +127,9 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
         print(f"dmlpatch: sim kernels not registered: {failed.split()}", file=sys.stderr)
 
     device_module.install()
+    from dmlpatch.costs import simulated
+
+    simulated.configure(_state.device_name(0, devices))
     if chosen.fused_rnn_cells:
         rnn.install()
     sys.meta_path.insert(0, _TorchDirectmlBlocker())

@@ -147,3 +147,25 @@ def reset() -> None:
     torch.ops.dmlpatch_sim.reset_counters()
     with _first_calls_lock:
         _first_calls.clear()
+
+
+def costs() -> dict[str, dict[str, Any]]:
+    """Per operator, what the cost model reads (``dmlpatch_sim::costs``): ``bytes`` and
+    ``flops`` of its device kernels, ``readbacks`` (values the host waited for) and their
+    bytes, ``upload_bytes`` (a fallback's copies back to the device), ``cpu_ns`` (a fallback's
+    CPU kernel, timed) and ``compute_ps``, its kernels' roofline time on each configured
+    adapter model, in the order they were configured."""
+    table: dict[str, dict[str, Any]] = {}
+    for line in torch.ops.dmlpatch_sim.costs().splitlines():
+        fields = line.split("\t")
+        name, numbers = fields[0], [int(field) for field in fields[1:]]
+        table[name] = {
+            "bytes": numbers[0],
+            "flops": numbers[1],
+            "readbacks": numbers[2],
+            "readback_bytes": numbers[3],
+            "upload_bytes": numbers[4],
+            "cpu_ns": numbers[5],
+            "compute_ps": numbers[6:],
+        }
+    return table

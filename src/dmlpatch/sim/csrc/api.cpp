@@ -65,12 +65,13 @@ void reset_counters() {
     rec->copy_bytes.store(0);
     rec->traced.store(false);
   }
+  reset_costs();
 }
 
 // A call served outside the kernels: by a dmlpatch fix ("fixed") or sent to the CPU by
 // DMLPATCH_CPU_OPS ("fallback", with the copies it made). Called from dmlpatch.opfix.
 void record_call(const std::string& category, const std::string& name, int64_t copies,
-                 int64_t bytes) {
+                 int64_t bytes, int64_t cpu_ns) {
   OpRecord* rec = op_record(name);
   if (category == "fixed") {
     rec->fixed.fetch_add(1, std::memory_order_relaxed);
@@ -83,6 +84,7 @@ void record_call(const std::string& category, const std::string& name, int64_t c
     rec->copies.fetch_add(copies, std::memory_order_relaxed);
     rec->copy_bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
+  if (cpu_ns > 0) rec->cpu_ns.fetch_add(cpu_ns, std::memory_order_relaxed);
   if (config().trace && !rec->traced.exchange(true)) notify_python(rec, false, category.c_str());
 }
 
@@ -133,7 +135,10 @@ TORCH_LIBRARY(dmlpatch_sim, m) {
   m.def("drop_out_resizes(str names) -> ()", &drop_out_resizes);
   m.def("set_quirks(str quirks, str unsupported_dtypes) -> ()", &set_quirks);
   m.def("counters() -> str", &counters_text);
-  m.def("record_call(str category, str name, int copies, int bytes) -> ()", &record_call);
+  m.def("record_call(str category, str name, int copies, int bytes, int cpu_ns=0) -> ()",
+        &record_call);
+  m.def("set_cost_models(str models) -> ()", &set_cost_models);
+  m.def("costs() -> str", &cost_text);
   m.def("reset_counters() -> ()", &reset_counters);
   m.def("_notify(Tensor anchor, str name, bool warn, str trace) -> ()");
 }

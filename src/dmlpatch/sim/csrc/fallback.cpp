@@ -3,6 +3,7 @@
 // rules (DirectML's RuntimeErrors), the once-per-operator CPU-fallback warning and counting.
 #include "sim.h"
 
+#include <chrono>
 #include <memory>
 #include <sstream>
 #include <unordered_map>
@@ -296,6 +297,13 @@ void count_fallback_copies(OpRecord* rec, const c10::OperatorHandle& op, const C
   }
   rec->copies.fetch_add(copies, std::memory_order_relaxed);
   rec->copy_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  // Each argument copied down is a read-back: torch-directml copies them one by one, each
+  // waiting for the queue.
+  int64_t down = 0;
+  for (const auto& p : call.tensors) down += nbytes_of(p.first);
+  rec->readbacks.fetch_add(static_cast<int64_t>(call.tensors.size()), std::memory_order_relaxed);
+  rec->readback_bytes.fetch_add(down, std::memory_order_relaxed);
+  rec->upload_bytes.fetch_add(bytes - down, std::memory_order_relaxed);
 }
 
 bool is_scalar_write(const c10::OperatorName& name, const torch::jit::Stack& stack,
@@ -446,6 +454,12 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     if (warn || trace) notify_python(rec, warn, trace ? "fallback" : "");
   }
 
+  const bool native = rec->cls == OpClass::Native;
+  KernelCharge charge;
+  if (native) {
+    charge.arguments(op.operator_name().name,
+                     c10::ArrayRef<c10::IValue>(stack->data() + base, nargs));
+  }
   Call call;
   for (size_t i = base; i < stack->size(); ++i) {
     const c10::IValue& v = (*stack)[i];
@@ -469,11 +483,26 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     return;
   }
 
+  const auto started = std::chrono::steady_clock::now();
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  if (!native) {
+    // DirectML's fallback runs this same CPU kernel on the same host: its time is real.
+    const auto spent = std::chrono::steady_clock::now() - started;
+    rec->cpu_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count(),
+                          std::memory_order_relaxed);
+  }
 
   const size_t nret = op.schema().returns().size();
   for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
     (*stack)[i] = call.to_device((*stack)[i]);
+  }
+  if (native) {
+    charge.results(c10::ArrayRef<c10::IValue>(stack->data() + stack->size() - nret, nret));
+    charge.commit(rec);
+    if (reads_back(op.operator_name())) {
+      rec->readbacks.fetch_add(1, std::memory_order_relaxed);
+      rec->readback_bytes.fetch_add(8, std::memory_order_relaxed);
+    }
   }
   for (const auto& p : call.tensors) {
     // torch.eye(3, device=dml) returns an empty tensor (microsoft/DirectML#431): the CPU

@@ -151,6 +151,8 @@ at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   const bool dst_dev = dst.device().type() == kSim;
   if (src_dev && dst_dev) {
     check_dtype(dst.scalar_type(), dst.device().index());
+    charge_work(rec_, host_bytes(self) + host_bytes(dst), dst.numel(),
+                dst.scalar_type() == c10::ScalarType::Half);
     if (self.device().index() != dst.device().index()) {
       count_transfer(Transfer::D2D, host_bytes(dst));
       if (config().cross_adapter_copy_zeros) {
@@ -194,6 +196,16 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
   return cpu_alias(self).item();
 }
 
+// 2 FLOPs per multiply-add: every output element of a convolution sums (in channels / groups)
+// x (kernel extent) products; a transposed one does that for every input element.
+int64_t convolution_flops(const at::Tensor& input, const at::Tensor& weight,
+                          const at::Tensor& out, bool transposed, int64_t groups) {
+  int64_t extent = 1;
+  for (int64_t d = 2; d < weight.dim(); ++d) extent *= weight.size(d);
+  if (transposed) return 2 * input.numel() * (weight.size(1)) * extent;
+  return 2 * out.numel() * (weight.size(1)) * extent;
+}
+
 at::Tensor sim_convolution(const at::Tensor& input, const at::Tensor& weight,
                            const c10::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                            c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
@@ -210,6 +222,9 @@ at::Tensor sim_convolution(const at::Tensor& input, const at::Tensor& weight,
   if (bias && bias->defined()) cpu_bias = cpu_alias(*bias);
   at::Tensor out = at::convolution(cpu_alias(input), cpu_alias(weight), cpu_bias, stride, padding,
                                    dilation, transposed, output_padding, groups);
+  charge_work(rec, host_bytes(input) + host_bytes(weight) + host_bytes(out),
+              convolution_flops(input, weight, out, transposed, groups),
+              input.scalar_type() == c10::ScalarType::Half);
   return adopt_cpu(out, input.device().index());
 }
 
@@ -224,6 +239,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward(
   auto grads = at::convolution_backward(cpu_alias(grad_output), cpu_alias(input),
                                         cpu_alias(weight), bias_sizes, stride, padding, dilation,
                                         transposed, output_padding, groups, output_mask);
+  // Each gradient asked for is about one forward pass of work.
+  const int64_t passes = static_cast<int64_t>(output_mask[0]) + output_mask[1];
+  const at::Tensor& out = grad_output;
+  charge_work(rec_, host_bytes(grad_output) + host_bytes(input) + host_bytes(weight) * 2,
+              passes * convolution_flops(input, weight, out, transposed, groups),
+              input.scalar_type() == c10::ScalarType::Half);
   const c10::DeviceIndex index = input.device().index();
   auto lift = [index](const at::Tensor& t) { return t.defined() ? adopt_cpu(t, index) : t; };
   return {lift(std::get<0>(grads)), lift(std::get<1>(grads)), lift(std::get<2>(grads))};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
@@ -55,6 +56,9 @@ enum class Transfer { H2D = 0, D2H = 1, D2D = 2 };
 void count_transfer(Transfer kind, int64_t bytes);
 void count_sync();
 
+// Adapters whose modelled compute time is kept side by side (costing.cpp).
+constexpr int kCostSlots = 8;
+
 // How an operator behaves on the simulated device, decided once per operator.
 enum class OpClass : int { Native = 0, Fallback = 1 };
 
@@ -71,6 +75,16 @@ struct OpRecord {
   // tensor argument to the CPU, and every written argument and new result back.
   std::atomic<int64_t> copies{0};
   std::atomic<int64_t> copy_bytes{0};
+  // The cost model's inputs (costing.cpp): bytes the device kernels read and wrote, their
+  // FLOPs, their modelled time on each configured adapter (picoseconds), the values read back
+  // to the host (each drains DirectML's queue) and the CPU time of the fallback's kernel.
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> flops{0};
+  std::atomic<int64_t> compute_ps[kCostSlots] = {};
+  std::atomic<int64_t> readbacks{0};
+  std::atomic<int64_t> readback_bytes{0};
+  std::atomic<int64_t> upload_bytes{0};  // a fallback's copies back to the device
+  std::atomic<int64_t> cpu_ns{0};
   std::atomic<bool> warned{false};
   std::atomic<bool> traced{false};
 };
@@ -115,6 +129,34 @@ bool quirk_before(Quirk quirk, OpRecord* rec, const c10::OperatorName& name,
 void quirk_after(Quirk quirk, const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                  torch::jit::Stack* stack);
 void set_quirks(const std::string& quirks, const std::string& unsupported_dtypes);
+
+// ---- the cost model's accounting (costing.cpp) ----
+// One device kernel's work: the bytes of the distinct device tensors it reads and writes, and
+// its FLOPs (matrix products by their shapes, any other kernel one per element of its widest
+// tensor). Given the arguments before the kernel runs and the results after it.
+class KernelCharge {
+ public:
+  void arguments(const std::string& op, c10::ArrayRef<c10::IValue> args);
+  void results(c10::ArrayRef<c10::IValue> values);
+  void commit(OpRecord* rec) const;
+
+ private:
+  void add(const c10::IValue& v);
+  void add(const at::Tensor& t);
+  int64_t bytes_ = 0;
+  int64_t widest_ = 0;
+  int64_t product_flops_ = -1;
+  bool half_ = false;
+  bool seen_first_ = false;
+  c10::SmallVector<const c10::TensorImpl*, 8> seen_;
+};
+// Charges work to `rec` directly (convolutions, whose FLOPs come from their own shapes).
+void charge_work(OpRecord* rec, int64_t bytes, int64_t flops, bool half);
+// Operators whose result's shape depends on the values (nonzero): DirectML reads a count back.
+bool reads_back(const c10::OperatorName& name);
+void set_cost_models(const std::string& models);
+std::string cost_text();
+void reset_costs();
 
 // ---- the boxed CPU fallback (fallback.cpp) ----
 // Raises the inference-mode refusal (counted on `rec`) when the profile has it, inference

@@ -3,6 +3,7 @@
 // two-core machine. The included files stay separate, one job each.
 #include "alias.cpp"
 #include "api.cpp"
+#include "costing.cpp"
 #include "device.cpp"
 #include "fallback.cpp"
 #include "kernels.cpp"
