@@ -1,9 +1,10 @@
 """Per call, a fix's composition on the device or DirectML's own CPU fallback: whichever the
 adapter's profile says is faster.
 
-A fix that replaces a fallback states both costs as functions of the call's shapes: its
-composition's kernel launches, read-backs, bytes moved and FLOPs (:class:`OnDevice`), and what
-the fallback would copy each way and compute on the host (:class:`ThroughTheCpu`). A
+A fix that replaces a fallback states both costs as functions of the call's shapes (its module's
+``COSTS``: operator -> :data:`CostFunction`): its composition's kernel launches, read-backs,
+bytes moved and FLOPs (:class:`OnDevice`), and what the fallback would copy each way and compute
+on the host (:class:`ThroughTheCpu`). A
 :class:`Chooser` prices both on the process's profile (:mod:`dmlpatch.costs.active`) once per
 distinct key (the shapes and dtype that decide the cost) and remembers the answer, so a call
 whose key was seen costs one dictionary lookup.
@@ -48,6 +49,17 @@ class ThroughTheCpu(NamedTuple):
     host_flops: float = 0.0
 
 
+class Costs(NamedTuple):
+    """Both sides of one call: the composition's, and the fallback's it replaces."""
+
+    device: OnDevice
+    fallback: ThroughTheCpu
+
+
+#: A fix's statement of its cost: the call's arguments (as its kernel gets them) -> both sides.
+CostFunction = Callable[..., Costs]
+
+
 def device_seconds(cost: OnDevice, profile: profiles.Profile) -> float:
     rate = (profile.half_tflops if cost.half else profile.float_tflops) * 1e12
     compute = max(cost.bytes / (profile.memory_gbps * 1e9), cost.flops / rate)
@@ -81,24 +93,15 @@ class Chooser:
         self._answers: dict[Hashable, bool] = {}
         self._forced: bool | None = None
 
-    def on_device(
-        self,
-        key: Hashable,
-        composition: Callable[[], OnDevice],
-        fallback: Callable[[], ThroughTheCpu],
-    ) -> bool:
-        """Whether this call (whose cost ``key`` decides) takes the composition."""
+    def on_device(self, key: Hashable, costs: Callable[[], Costs]) -> bool:
+        """Whether this call (whose cost ``key`` decides: its shapes, its dtype) takes the
+        composition; ``costs`` is called only for a key not seen before."""
         answer = self._answers.get(key)
         if answer is None:
-            answer = self._decide(key, composition, fallback)
+            answer = self._decide(key, costs)
         return answer
 
-    def _decide(
-        self,
-        key: Hashable,
-        composition: Callable[[], OnDevice],
-        fallback: Callable[[], ThroughTheCpu],
-    ) -> bool:
+    def _decide(self, key: Hashable, costs: Callable[[], Costs]) -> bool:
         if self._forced is None:
             forced = _forced_to_device()
             self._forced = "all" in forced or self.operator in forced
@@ -106,8 +109,9 @@ class Chooser:
             answer = True
         else:
             profile = active.current().profile
-            on_device = device_seconds(composition(), profile)
-            through = fallback_seconds(fallback(), profile)
+            both = costs()
+            on_device = device_seconds(both.device, profile)
+            through = fallback_seconds(both.fallback, profile)
             answer = on_device <= through
             log.info(
                 f"{self.operator} {key}: "

@@ -9,7 +9,12 @@ A fix module (``dmlpatch.opfix.vision.resizing``) declares:
   ``grid_sampler_2d``). Two fixes serving one operator without saying which yields is an error
   (:func:`conflicts`, checked by a test);
 - ``reset`` (optional): a function that returns its module's state to what it was before the
-  fix was installed, called when the fixes are uninstalled.
+  fix was installed, called when the fixes are uninstalled;
+- its cost, where it replaces DirectML's CPU fallback with a composition: ``COSTS`` maps each
+  such operator to a function of the call's arguments giving the composition's cost and the
+  fallback's (:data:`dmlpatch.costs.choice.CostFunction`), by which its kernel takes the
+  cheaper per call; or ``NO_CHOICE``, one sentence saying why no call would be cheaper through
+  the fallback (it has no CPU kernel; a kernel or two against a read-back).
 
 The catalogue entries a fix answers are those whose ``fixed_in`` names its module
 (:func:`entries`): the link is declared once, on the catalogue's side. Adding a module to
@@ -19,9 +24,11 @@ The catalogue entries a fix answers are those whose ``fixed_in`` names its modul
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 if TYPE_CHECKING:
+    from dmlpatch.costs.choice import CostFunction
     from dmlpatch.opfix._kernel import Kernel
 
 #: Every fix module under ``dmlpatch.opfix``, by name. The order here means nothing: precedence
@@ -78,6 +85,10 @@ class Fix(NamedTuple):
     kernels: tuple[Kernel, ...]
     yields_to: tuple[str, ...] = ()
     reset: Optional[Callable[[], None]] = None
+    #: Operator -> its cost function (``COSTS``).
+    costs: Mapping[str, CostFunction] = {}
+    #: Why no call is cheaper through the fallback (``NO_CHOICE``), where it has no ``COSTS``.
+    no_choice: str = ""
 
     @property
     def module(self) -> str:
@@ -91,7 +102,14 @@ def load(name: str) -> Fix:
     for other in yields_to:
         if other not in FIXES:
             raise ValueError(f"opfix.{name} yields to {other!r}, which is not a fix")
-    return Fix(name, tuple(module.KERNELS), yields_to, getattr(module, "reset", None))
+    return Fix(
+        name,
+        tuple(module.KERNELS),
+        yields_to,
+        getattr(module, "reset", None),
+        dict(getattr(module, "COSTS", {})),
+        getattr(module, "NO_CHOICE", ""),
+    )
 
 
 def fixes() -> list[Fix]:
