@@ -47,6 +47,7 @@ usage: python -m dmlpatch [--device SPEC] [--report[=FILE]] [-v] script.py [args
        dmlpatch unpin                                undo pin
        dmlpatch status                               show activation and device
        dmlpatch doctor [--json] [--failures]         diagnose this environment
+       dmlpatch calibrate [--device dml:N|sim]       measure this adapter's costs (a minute)
        dmlpatch list [--json]                        the patch catalogue vs installed libraries
        dmlpatch scan PACKAGE|PATH [--spec]           find CUDA device sites (no import)
        dmlpatch prepare [--jobs N] [PACKAGE ...]     make libraries' first run fast, ahead of it
@@ -80,7 +81,7 @@ everything from COMMAND on is the command's own.
 
 COMMANDS = (
     *("run", "check", "activate", "deactivate", "status", "doctor", "list", "scan"),
-    *("pin", "unpin", "prepare"),
+    *("pin", "unpin", "prepare", "calibrate"),
 )
 
 
@@ -383,6 +384,29 @@ def _doctor(arguments: list[str]) -> int:
     return doctor.exit_code(checks)
 
 
+def _calibrate(arguments: list[str]) -> int:
+    from dmlpatch.commands import calibrate
+
+    parser = _parser(
+        "calibrate",
+        "Measure what device work costs on this DirectML adapter (kernel launch, read-back, "
+        "copies\nboth ways, memory bandwidth, float32 and float16 products, the CPU's own "
+        "fallback kernels) in\nunder a minute, and keep the profile in dmlpatch's cache: "
+        "later runs on this adapter and\ndriver choose between a fix and DirectML's CPU "
+        "fallback by it.",
+    )
+    parser.add_argument(
+        "--device",
+        default="dml",
+        metavar="SPEC",
+        help="dml (default), dml:N, or sim (the simulated device, on the cost model's clock)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the measured profile as JSON")
+    parser.add_argument("--no-save", action="store_true", help="measure and print, write nothing")
+    options = _parse(parser, arguments, _takes_only("calibrate", "--device, --json and --no-save"))
+    return calibrate.main(options.device, options.json, not options.no_save)
+
+
 def _failures(as_json: bool) -> int:
     from dmlpatch.gaps import catalogue
 
@@ -462,6 +486,7 @@ _SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "deactivate": _deactivate,
     "status": _status,
     "doctor": _doctor,
+    "calibrate": _calibrate,
     "list": _list,
     "scan": _scan,
     "pin": _pin,
