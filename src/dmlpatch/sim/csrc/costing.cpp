@@ -128,8 +128,8 @@ void KernelCharge::commit(OpRecord* rec) const {
 bool reads_back(const c10::OperatorName& name) {
   const std::string& n = name.name;
   // aten::equal answers the host with a bool: it waits for the queue as .item() does.
-  return n == "aten::equal" || n == "aten::nonzero" || n == "aten::masked_select" || n == "aten::_unique2" ||
-         n == "aten::unique_consecutive" || n == "aten::unique_dim" ||
+  return n == "aten::equal" || n == "aten::nonzero" || n == "aten::masked_select" ||
+         n == "aten::_unique2" || n == "aten::unique_consecutive" || n == "aten::unique_dim" ||
          n == "aten::_unique" || (n == "aten::repeat_interleave" && name.overload_name == "Tensor");
 }
 
