@@ -125,8 +125,18 @@ void KernelCharge::commit(OpRecord* rec) const {
   charge_work(rec, bytes_, product_flops_ >= 0 ? product_flops_ : widest_, half_);
 }
 
-bool reads_back(const c10::OperatorName& name) {
+bool reads_back(const c10::OperatorName& name, c10::ArrayRef<c10::IValue> args) {
   const std::string& n = name.name;
+  if (n == "aten::index" && args.size() > 1 && args[1].isList()) {
+    // x[mask]: the mask's count of True decides the result's size (a nonzero, read back).
+    for (const c10::IValue& index : args[1].toList()) {
+      if (index.isTensor() && index.toTensor().defined() &&
+          (index.toTensor().scalar_type() == c10::ScalarType::Bool ||
+           index.toTensor().scalar_type() == c10::ScalarType::Byte)) {
+        return true;
+      }
+    }
+  }
   // aten::equal answers the host with a bool: it waits for the queue as .item() does.
   return n == "aten::equal" || n == "aten::nonzero" || n == "aten::masked_select" ||
          n == "aten::_unique2" || n == "aten::unique_consecutive" || n == "aten::unique_dim" ||

@@ -456,9 +456,11 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   const bool native = rec->cls == OpClass::Native;
   KernelCharge charge;
+  bool read_back = false;
   if (native) {
-    charge.arguments(op.operator_name().name,
-                     c10::ArrayRef<c10::IValue>(stack->data() + base, nargs));
+    const c10::ArrayRef<c10::IValue> arguments(stack->data() + base, nargs);
+    charge.arguments(op.operator_name().name, arguments);
+    read_back = reads_back(op.operator_name(), arguments);
   }
   Call call;
   for (size_t i = base; i < stack->size(); ++i) {
@@ -499,7 +501,7 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   if (native) {
     charge.results(c10::ArrayRef<c10::IValue>(stack->data() + stack->size() - nret, nret));
     charge.commit(rec);
-    if (reads_back(op.operator_name())) {
+    if (read_back) {
       rec->readbacks.fetch_add(1, std::memory_order_relaxed);
       rec->readback_bytes.fetch_add(8, std::memory_order_relaxed);
     }

@@ -152,8 +152,9 @@ class KernelCharge {
 };
 // Charges work to `rec` directly (convolutions, whose FLOPs come from their own shapes).
 void charge_work(OpRecord* rec, int64_t bytes, int64_t flops, bool half);
-// Operators whose result's shape depends on the values (nonzero): DirectML reads a count back.
-bool reads_back(const c10::OperatorName& name);
+// Calls whose result DirectML must read back: a shape that depends on the values (nonzero, a
+// boolean mask index), or a value the host waits for (equal).
+bool reads_back(const c10::OperatorName& name, c10::ArrayRef<c10::IValue> args);
 void set_cost_models(const std::string& models);
 std::string cost_text();
 void reset_costs();
