@@ -26,7 +26,8 @@ def snapshot() -> Report:
     where model compute really ran; ``transfers``: the program's own copies, and the copies
     DirectML's CPU fallbacks make, counted by the simulated device (null elsewhere: only
     ``dmlpatch check`` counts on real DirectML); ``installed``: what dmlpatch changed in the
-    process (:mod:`dmlpatch.changes`).
+    process (:mod:`dmlpatch.changes`); ``modelled``: the simulated device's work priced on the
+    adapter it models, per training step (:mod:`dmlpatch.costs`; null elsewhere).
     """
     from dmlpatch.placement import session
 
@@ -85,12 +86,16 @@ def snapshot() -> Report:
         "installed": changes.listing(),
         "ops": None,
         "transfers": None,
+        "modelled": None,
     }
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():
         counters = sim.counters()
         data["ops"] = counters.get("ops")
         data["transfers"] = transfers(counters)
+        from dmlpatch.costs import simulated
+
+        data["modelled"] = simulated.section()
     return data
 
 

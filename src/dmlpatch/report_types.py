@@ -218,6 +218,40 @@ class Transfers(TypedDict):
     syncs: int
 
 
+class ByCause(TypedDict):
+    """Modelled seconds by cause (:class:`dmlpatch.costs.pricing.Split`)."""
+
+    launch: float
+    readback: float
+    copy: float
+    compute: float
+    host: float
+
+
+class OperatorTime(ByCause):
+    """``modelled.by_operator[]``: one operator's modelled seconds, in all and by cause."""
+
+    operator: str
+    seconds: float
+
+
+class Modelled(TypedDict):
+    """``modelled``: the simulated device's work priced on the adapter it models
+    (:func:`dmlpatch.costs.simulated.section`)."""
+
+    profile: str
+    how: str
+    steps: int
+    seconds: float
+    wall_seconds: float
+    by_cause: ByCause
+    by_operator: list[OperatorTime]
+    launches: int
+    readbacks: int
+    copied_bytes: int
+    flops: int
+
+
 class Report(TypedDict):
     """The run report, as ``--report`` writes it."""
 
@@ -233,3 +267,4 @@ class Report(TypedDict):
     installed: list[Installed]
     ops: Optional[dict[How, dict[OperatorName, int]]]  # calls by how DirectML served them
     transfers: Optional[Transfers]
+    modelled: Optional[Modelled]

@@ -33,7 +33,7 @@ from dmlpatch.errors import UsageError
 from dmlpatch.gaps.profiles import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
-    from dmlpatch.report_types import Compute
+    from dmlpatch.report_types import Compute, Modelled
 
 USAGE = f"""\
 usage: dmlpatch check [--device sim|dml] [--profile NAME] [--json FILE] [--html DIR]
@@ -185,6 +185,9 @@ def _start(backend: str, verify: bool) -> tuple[Optional[str], Any, Any]:
 
         profile: Optional[str] = sim.profile()
         sim.reset_counters()
+        from dmlpatch.costs import steps
+
+        steps.restart()
     else:
         from dmlpatch._metadata import version_of
         from dmlpatch.gaps import profiles
@@ -419,6 +422,11 @@ def _print(
     out.write(f"model compute: {summary.headline(compute)}\n")
     for line in summary.explain(compute):
         out.write(line + "\n")
+    if backend == "sim":
+        from dmlpatch.costs import simulated
+
+        for line in simulated.describe(simulated.section()):
+            out.write(line + "\n")
     if rows:
         header = ("operator", "how", "calls", "copies", "bytes", "first called at", "known as")
         table = [header] + [
@@ -492,6 +500,7 @@ def _write_json(
         "exit_code": outcome.exit_code,
         "verdict": outcome.verdict,
         "installed": changes.listing(),
+        "modelled": _modelled(backend),
         "divergence": None
         if divergence is None
         else {
@@ -508,6 +517,14 @@ def _write_json(
         log.say(f"error: cannot write {destination}: {error.strerror}")
         return False
     return True
+
+
+def _modelled(backend: str) -> Optional[Modelled]:
+    if backend != "sim":
+        return None
+    from dmlpatch.costs import simulated
+
+    return simulated.section()
 
 
 def _write_html(

@@ -11,6 +11,10 @@ from typing import Any, Optional
 
 from dmlpatch.costs import active, pricing, profiles
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from dmlpatch.report_types import Modelled, OperatorTime
+
 _slots: list[profiles.Profile] = []
 
 
@@ -26,6 +30,9 @@ def configure(adapter: str) -> None:
     lines = "".join(f"{p.memory_gbps}\t{p.float_tflops}\t{p.half_tflops}\n" for p in slots)
     torch.ops.dmlpatch_sim.set_cost_models(lines)
     _slots[:] = slots
+    from dmlpatch.costs import steps
+
+    steps.install()
 
 
 def priced(profile: Optional[profiles.Profile] = None, counters: Any = None) -> pricing.Priced:
@@ -52,3 +59,71 @@ def seconds() -> float:
 def models() -> list[profiles.Profile]:
     """The configured adapter models, in slot order."""
     return list(_slots)
+
+
+def section(top: int = 10) -> Modelled:
+    """The report's ``modelled`` section: what the simulated device ran since its counters were
+    last reset, priced on the profile it is configured as, per optimizer step where there were
+    steps (else per run), beside the wall time of the same span."""
+    from dmlpatch.costs import steps
+
+    chosen = active.current()
+    counted, wall = steps.counted()
+    per = max(counted, 1)
+    priced_per = priced(chosen.profile).per(per)
+    data = priced_per.to_json(top)
+    return {
+        "profile": data["profile"],
+        "how": chosen.how,
+        "steps": counted,
+        "seconds": data["seconds"],
+        "wall_seconds": wall / per,
+        "by_cause": data["by_cause"],
+        "by_operator": data["by_operator"],
+        "launches": data["launches"],
+        "readbacks": data["readbacks"],
+        "copied_bytes": data["copied_bytes"],
+        "flops": data["flops"],
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.3g} µs"
+
+
+_CAUSE_WORDS = {
+    "launch": "launches",
+    "readback": "read-backs",
+    "copy": "copies",
+    "compute": "compute",
+    "host": "CPU fallbacks",
+}
+
+
+def describe(section: Modelled, most: int = 3) -> list[str]:
+    """The section in lines for a terminal (``dmlpatch check``)."""
+    per = f"per step over {section['steps']} steps" if section["steps"] else "for the run"
+    causes = dict(section["by_cause"])
+    lines = [
+        f"modelled DirectML time: {_ms(section['seconds'])} {per} on {section['profile']} "
+        f"({section['how']}); wall time here {_ms(section['wall_seconds'])} "
+        + ("per step" if section["steps"] else "")
+        + " (the simulator's kernels are the CPU's)",
+        "  by cause: "
+        + ", ".join(f"{word} {_ms(float(causes[cause]))}" for cause, word in _CAUSE_WORDS.items()),
+    ]
+    ranked = [entry for entry in section["by_operator"][:most] if entry["seconds"] > 0]
+    if ranked:
+
+        def main_cause(entry: OperatorTime) -> str:
+            split: dict[str, Any] = dict(entry)
+            return _CAUSE_WORDS[max(_CAUSE_WORDS, key=lambda name: split[name])]
+
+        lines.append(
+            "  most: "
+            + ", ".join(
+                f"{entry['operator']} {_ms(entry['seconds'])} (mostly {main_cause(entry)})"
+                for entry in ranked
+            )
+        )
+    return lines
