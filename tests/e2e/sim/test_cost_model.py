@@ -248,3 +248,20 @@ def test_the_choice_prices_both_sides_on_the_profile(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("DMLPATCH_DEVICE_OPS", "aten::example")
     chooser.reset()
     assert chooser.on_device(("32x32", "float32"), costs) is True
+
+
+def test_the_performance_page_lists_the_shipped_profiles_as_they_are() -> None:
+    page = Path(__file__).resolve().parents[3] / "docs" / "reference" / "performance.md"
+    rows = {}
+    for line in page.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 7 and cells[0].startswith("`") and cells[0].strip("`") in profiles.SHIPPED:
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(profiles.SHIPPED)
+    for name, cells in rows.items():
+        p = profiles.SHIPPED[name]
+        assert cells[1] == p.adapter
+        assert [float(cells[2]), float(cells[3])] == [p.launch_us, p.readback_us]
+        assert [float(x) for x in cells[4].split("/")] == [p.upload_gbps, p.download_gbps]
+        assert float(cells[5]) == p.memory_gbps
+        assert [float(x) for x in cells[6].split("/")] == [p.float_tflops, p.half_tflops]
