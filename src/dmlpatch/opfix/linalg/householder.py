@@ -14,7 +14,11 @@ them), ``torch.ormqr`` (multiplying by Q or Q^T, on either side, without forming
 ``householder_product`` (``orgqr``, the parametrizations' orthogonal map).
 
 No step reads a value back to the host: a zero column is handled by selection, not a branch.
-The cost is about a dozen small kernels per column, so matrices of more than
+The cost is 26 small kernels per column (and 6 per reflector applied), so each call takes the
+composition only where the cost model prices it below DirectML's fallback for its shapes
+(``COSTS``, :mod:`dmlpatch.costs.choice`): on the shipped profiles ``ormqr`` and
+``householder_product`` of a few columns, a QR of a batch of hundreds of thousands, and
+otherwise the fallback (``DMLPATCH_DEVICE_OPS`` keeps the composition). Matrices of more than
 :data:`WIDEST` columns go through the CPU as DirectML's fallback would (counted and said as one),
 as do dtypes other than float32 and float64.
 """
@@ -23,14 +27,21 @@ from __future__ import annotations
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.linalg import call_costs
 from dmlpatch.opfix.linalg.lu import column_major
 from dmlpatch.opfix.linalg.operands import FLOATS, float_matrices, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: The most columns factored on the device (reflectors are made one column at a time).
 WIDEST = 64
+
+_QR = Chooser("aten::linalg_qr")
+_HOUSEHOLDER_PRODUCT = Chooser("aten::linalg_householder_product")
+_GEQRF = Chooser("aten::geqrf")
+_ORMQR = Chooser("aten::ormqr")
 
 
 def _reflector(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -97,6 +108,8 @@ def _qr(a: torch.Tensor, mode: str = "reduced") -> tuple[torch.Tensor, torch.Ten
             f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), "
             "'r', or 'complete'"
         )
+    if not _QR.on_device((a.shape, a.dtype, mode), lambda: qr_cost(a, mode)):
+        return through_the_cpu("aten::linalg_qr.out", torch.ops.aten.linalg_qr, (a,), mode=mode)
     record("fixed", "aten::linalg_qr.out")
     return factor(a, mode)
 
@@ -110,7 +123,15 @@ def product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 
 def _householder_product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
-    if not float_matrices(reflectors) or tau.dtype != reflectors.dtype or tau.shape[-1] > WIDEST:
+    if (
+        not float_matrices(reflectors)
+        or tau.dtype != reflectors.dtype
+        or tau.shape[-1] > WIDEST
+        or not _HOUSEHOLDER_PRODUCT.on_device(
+            (reflectors.shape, tau.shape, tau.dtype),
+            lambda: householder_product_cost(reflectors, tau),
+        )
+    ):
         return through_the_cpu(
             "aten::linalg_householder_product",
             torch.ops.aten.linalg_householder_product,
@@ -121,7 +142,11 @@ def _householder_product(reflectors: torch.Tensor, tau: torch.Tensor) -> torch.T
 
 
 def _geqrf(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if not float_matrices(a) or a.shape[-1] > WIDEST:
+    if (
+        not float_matrices(a)
+        or a.shape[-1] > WIDEST
+        or not _GEQRF.on_device((a.shape, a.dtype), lambda: geqrf_cost(a))
+    ):
         return through_the_cpu("aten::geqrf", torch.ops.aten.geqrf, (a,))
     record("fixed", "aten::geqrf")
     r, tau = lapack_qr(a)
@@ -162,7 +187,10 @@ def _ormqr(
         and within(tau.shape[-1], min(WIDEST, *stored.shape[-2:]))
         and stored.shape[-2] == other.shape[-2 if left else -1]
     )
-    if not fits:
+    if not fits or not _ORMQR.on_device(
+        (stored.shape, tau.shape, other.shape, other.dtype, left),
+        lambda: ormqr_cost(stored, tau, other, left),
+    ):
         return through_the_cpu(
             "aten::ormqr",
             torch.ops.aten.ormqr,
@@ -173,6 +201,137 @@ def _ormqr(
     record("fixed", "aten::ormqr")
     return column_major(multiply(stored, tau, other, left, transpose))
 
+
+# What each kernel costs (:mod:`dmlpatch.opfix.linalg.call_costs`). Kernels per column of
+# geqrf (:func:`lapack_qr`): the reflector (larfg's norms, signs and scaling) and its product
+# with the columns on its right, 26; per reflector applied by :func:`multiply` (orgqr's Q,
+# ormqr), 6. Flops are LAPACK's (Golub and Van Loan; LAPACK's dorgqr and dormqr counts).
+
+
+def _reflectors(m: int, n: int) -> float:
+    """The kernels of geqrf of an m x n matrix: a wide one's last column is still applied to
+    the columns on its right (five kernels)."""
+    return 26 * min(m, n) - 2 + (5 if n > m else 0)
+
+
+def _geqrf_on_device(a: torch.Tensor) -> OnDevice:
+    m, n, batch = a.shape[-2], a.shape[-1], call_costs.matrices(a.shape)
+    return call_costs.composition(
+        _reflectors(m, n),
+        0,
+        batch=batch,
+        itemsize=a.element_size(),
+        elements=0.075 * m * n + 0.5 * m + 2,
+        flops=batch * _geqrf_flops(m, n),
+    )
+
+
+def _reflected(rows: int, columns: int) -> float:
+    """Elements a kernel of :func:`multiply` touches per matrix: the block a reflector
+    updates, half of it on average, and the reflector."""
+    return 0.5 * rows * columns + 1.5 * rows
+
+
+def _geqrf_flops(m: int, n: int) -> float:
+    if m >= n:
+        return 2 * n * n * (m - n / 3)
+    return 2 * m * m * (n - m / 3)
+
+
+def _orgqr_flops(m: int, n: int, k: int) -> float:
+    """Forming the first n columns of Q (m rows) from k reflectors."""
+    return 4 * m * n * k - 2 * (m + n) * k * k + 4 * k**3 / 3
+
+
+def qr_cost(a: torch.Tensor, mode: str = "reduced") -> Costs:
+    """geqrf, then Q as orgqr forms it (a complete Q of a tall matrix: its further columns
+    added, two kernels)."""
+    m, n, batch = a.shape[-2], a.shape[-1], call_costs.matrices(a.shape)
+    k = min(m, n)
+    device = _geqrf_on_device(a)
+    flops = batch * _geqrf_flops(m, n)
+    q_columns, r_rows = 0, k
+    if mode != "r":
+        q_columns = m if mode == "complete" else k
+        r_rows = m if mode == "complete" else k
+        q_flops = batch * _orgqr_flops(m, q_columns, k)
+        forming = call_costs.composition(
+            6 * k + 4 + (2 if q_columns > k else 0),
+            0,
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=_reflected(m, q_columns),
+            flops=q_flops,
+        )
+        device = call_costs.together(device, forming)
+        flops += q_flops
+    results = batch * (m * q_columns + r_rows * n) * a.element_size()
+    return Costs(device, call_costs.fallback((a,), results, flops))
+
+
+def householder_product_cost(reflectors: torch.Tensor, tau: torch.Tensor) -> Costs:
+    m, n = reflectors.shape[-2], reflectors.shape[-1]
+    k, batch = tau.shape[-1], call_costs.matrices(reflectors.shape)
+    flops = batch * _orgqr_flops(m, n, k)
+    return Costs(
+        call_costs.composition(
+            6 * k + 4,
+            0,
+            batch=batch,
+            itemsize=reflectors.element_size(),
+            elements=_reflected(m, n),
+            flops=flops,
+        ),
+        call_costs.fallback(
+            (reflectors, tau), reflectors.numel() * reflectors.element_size(), flops
+        ),
+    )
+
+
+def geqrf_cost(a: torch.Tensor) -> Costs:
+    m, n, batch = a.shape[-2], a.shape[-1], call_costs.matrices(a.shape)
+    results = (a.numel() + batch * min(m, n)) * a.element_size()
+    return Costs(
+        _geqrf_on_device(a), call_costs.fallback((a,), results, batch * _geqrf_flops(m, n))
+    )
+
+
+def ormqr_cost(
+    stored: torch.Tensor,
+    tau: torch.Tensor,
+    other: torch.Tensor,
+    left: bool = True,
+    transpose: bool = False,
+) -> Costs:
+    k, batch = tau.shape[-1], call_costs.matrices(other.shape)
+    rows, columns = other.shape[-2], other.shape[-1]
+    if not left:  # C Q is (Q^T C^T)^T
+        rows, columns = columns, rows
+    flops = batch * 2 * columns * k * (2 * rows - k)  # dormqr
+    return Costs(
+        call_costs.composition(
+            6 * k + 3,
+            0,
+            batch=batch,
+            itemsize=other.element_size(),
+            elements=0.5 * rows * columns + 0.5 * rows + 2,
+            flops=flops,
+        ),
+        call_costs.fallback((stored, tau, other), other.numel() * other.element_size(), flops),
+    )
+
+
+def reset() -> None:
+    for chooser in (_QR, _HOUSEHOLDER_PRODUCT, _GEQRF, _ORMQR):
+        chooser.reset()
+
+
+COSTS = {
+    "aten::linalg_qr": qr_cost,
+    "aten::linalg_householder_product": householder_product_cost,
+    "aten::geqrf": geqrf_cost,
+    "aten::ormqr": ormqr_cost,
+}
 
 KERNELS = (
     Kernel("linalg_qr", _qr, "fallback"),

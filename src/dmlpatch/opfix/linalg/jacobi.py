@@ -18,24 +18,29 @@ each may have the other sign (PyTorch documents that eigenvectors and singular v
 unique only up to sign, and that devices differ). autograd differentiates the results with
 PyTorch's own formulas, which are sign-independent for the losses PyTorch accepts.
 
-The cost: about twenty small kernels per round, ``n - 1`` rounds per sweep and usually six to
-ten sweeps, with one value read back per sweep to see whether another is needed
-(``benchmarks/ops.py`` has the figures). Matrices wider than :data:`WIDEST`, complex ones
-and dtypes other than float32 and float64 go through the CPU as DirectML's fallback would
-(counted and said as one); ``DMLPATCH_CPU_OPS=aten::_linalg_eigh,aten::_linalg_svd`` sends all
-of them there.
+The cost: about twenty-five small kernels per round, ``n - 1`` rounds per sweep and three to
+seven sweeps, with one value read back per sweep to see whether another is needed: thousands
+of launches for a 32x32 matrix, against the fallback's one read-back. Each call takes the
+composition only where the cost model prices it lower for its shapes (``COSTS``,
+:mod:`dmlpatch.costs.choice`), which on the shipped adapter profiles no call does;
+``DMLPATCH_DEVICE_OPS=aten::_linalg_eigh`` keeps it. Matrices wider than :data:`WIDEST`,
+complex ones and dtypes other than float32 and float64 go through the CPU as DirectML's
+fallback would (counted and said as one); ``DMLPATCH_CPU_OPS=aten::_linalg_eigh,aten::_linalg_svd``
+sends all of them there.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable, Optional, TypeVar
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, Costs
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
-from dmlpatch.opfix.linalg import householder
+from dmlpatch.opfix.linalg import call_costs, householder
 from dmlpatch.opfix.linalg.operands import float_matrices, square, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
@@ -47,6 +52,8 @@ MOST_SWEEPS = 40
 #: the smaller ones that take fewer have short sweeps.
 FIRST_CHECK = 3
 _TRIANGLES = ("L", "U", "l", "u")
+_EIGH = Chooser("aten::_linalg_eigh")
+_SVD = Chooser("aten::_linalg_svd")
 _Result = TypeVar("_Result")
 
 
@@ -231,7 +238,12 @@ def _eigh(
     a: torch.Tensor, uplo: str = "L", compute_v: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     attempt = None
-    if _decomposable(a, a.shape[-1]) and square(a) and uplo in _TRIANGLES:
+    if (
+        _decomposable(a, a.shape[-1])
+        and square(a)
+        and uplo in _TRIANGLES
+        and _EIGH.on_device((a.shape, a.dtype, compute_v), lambda: eigh_cost(a, uplo, compute_v))
+    ):
         # LAPACK reads one triangle only.
         lower = a.tril() if uplo in "Ll" else a.mT.tril()
         attempt = functools.partial(diagonalise, lower + lower.tril(-1).mT, compute_v)
@@ -248,7 +260,14 @@ def _svd(
     driver: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     attempt = None
-    if driver is None and _decomposable(a, min(a.shape[-2:], default=0)):
+    if (
+        driver is None
+        and _decomposable(a, min(a.shape[-2:], default=0))
+        and _SVD.on_device(
+            (a.shape, a.dtype, full_matrices, compute_uv),
+            lambda: svd_cost(a, full_matrices, compute_uv),
+        )
+    ):
         attempt = functools.partial(decompose, a, full_matrices, compute_uv)
     options = {"full_matrices": full_matrices, "compute_uv": compute_uv, "driver": driver}
     return _served("aten::_linalg_svd.U", torch.ops.aten._linalg_svd, a, attempt, options)
@@ -274,6 +293,101 @@ def _served(
     answer: _Result = through_the_cpu(name, op, (a,), **options)
     return answer
 
+
+def typical_sweeps(n: int, batch: int) -> float:
+    """Sweeps a batch of matrices of width ``n`` typically takes (the iteration stops when
+    every matrix has converged, which the data decide): counted on random matrices, 3 to 4 of
+    width 4, 4 to 5 of 8, 5 to 6 of 16, 6 of 32, 7 of 64; a batch takes its slowest matrix's,
+    about half a sweep more."""
+    return max(float(FIRST_CHECK), math.log2(n) + 1.5) + (0.5 if batch > 1 else 0.0)
+
+
+def _checks(sweeps: float) -> float:
+    """Convergence read back after every sweep from :data:`FIRST_CHECK` on."""
+    return sweeps - FIRST_CHECK + 1
+
+
+def eigh_cost(a: torch.Tensor, uplo: str = "L", compute_v: bool = True) -> Costs:
+    """Per round, the rotation (about twenty kernels) and its products with ``A`` (and with
+    the vectors): 25 kernels, 26 with vectors; ten per convergence check; one sweep is
+    ``n - 1`` rounds of the padded width. Sweeps: :func:`typical_sweeps`."""
+    n, batch = a.shape[-1], call_costs.matrices(a.shape)
+    width = n + n % 2
+    sweeps = typical_sweeps(n, batch)
+    per_round = 25 + int(compute_v)
+    launches = 9 + 2 * (n % 2) + sweeps * (width - 1) * per_round + 10 * _checks(sweeps)
+    # Each round's products: J^T A J, and V J.
+    flops = batch * sweeps * (width - 1) * (2 + int(compute_v)) * 2 * width**3
+    # syevd: 9 n^3 with the vectors, 4 n^3 / 3 for the values alone (Golub and Van Loan).
+    host_flops = batch * (9 * n**3 if compute_v else 4 * n**3 / 3)
+    results = batch * (n + (n * n if compute_v else 0)) * a.element_size()
+    return Costs(
+        call_costs.composition(
+            launches,
+            _checks(sweeps),
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=(0.7 if compute_v else 0.5) * width * width,
+            flops=flops,
+        ),
+        call_costs.fallback((a,), results, host_flops),
+    )
+
+
+def svd_cost(
+    a: torch.Tensor,
+    full_matrices: bool = False,
+    compute_uv: bool = True,
+    *,
+    driver: str | None = None,
+) -> Costs:
+    """QR of the tall side (:func:`householder.qr_cost`, 32 kernels a column), one-sided
+    Jacobi on R (25 kernels a round, 14 per convergence check) and, with the vectors, U's
+    columns made orthonormal by a second QR of R's width."""
+    m, n, batch = a.shape[-2], a.shape[-1], call_costs.matrices(a.shape)
+    k, tall = min(m, n), max(m, n)
+    width = k + k % 2
+    sweeps = typical_sweeps(k, batch)
+    rotations = sweeps * (width - 1) * 25 + 14 * _checks(sweeps) + 2 * (k % 2)
+    if compute_uv:
+        launches = 64 * k + 28 + rotations
+        if full_matrices:
+            launches += 1 + (2 if tall > k else 0)
+    else:
+        launches = 32 * k + 8 + rotations
+    # The QR of the tall side, then per round W^T W, W J and V J.
+    flops = batch * (2 * tall * k * k + sweeps * (width - 1) * 3 * 2 * width**3)
+    # gesdd by R-SVD (Golub and Van Loan): the values alone 4 m n^2 - 4 n^3 / 3; thin
+    # vectors 6 m n^2 + 11 n^3; a complete U 4 m^2 n + 22 n^3 (m the tall side).
+    if not compute_uv:
+        host_flops = 4 * tall * k * k - 4 * k**3 / 3
+        vectors = 0
+    elif full_matrices:
+        host_flops = 4 * tall * tall * k + 22 * k**3
+        vectors = m * m + n * n
+    else:
+        host_flops = 6 * tall * k * k + 11 * k**3
+        vectors = (m + n) * k
+    results = batch * (k + vectors) * a.element_size()
+    return Costs(
+        call_costs.composition(
+            launches,
+            _checks(sweeps),
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=0.5 * width * width + 0.15 * tall * k,
+            flops=flops,
+        ),
+        call_costs.fallback((a,), results, batch * host_flops),
+    )
+
+
+def reset() -> None:
+    _EIGH.reset()
+    _SVD.reset()
+
+
+COSTS = {"aten::_linalg_eigh": eigh_cost, "aten::_linalg_svd": svd_cost}
 
 KERNELS = (
     Kernel("_linalg_eigh", _eigh, "fallback"),

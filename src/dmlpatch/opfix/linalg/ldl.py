@@ -18,6 +18,10 @@ The trailing update is a whole-matrix product per column, so matrices up to :dat
 columns are factored here; wider ones, complex ones and matrices holding an infinity or a
 NaN (one value read back per factorisation: LAPACK's choices on them are its own) go through
 the CPU as DirectML's fallback would, counted and said as one. The solve reads nothing back.
+About a hundred kernels a column (sixty for the solve) cost more than the fallback's read-back
+for every shape but a 1x1 solve on the shipped adapter profiles, so each call takes the
+composition only where the cost model prices it lower (``COSTS``, :mod:`dmlpatch.costs.choice`);
+``DMLPATCH_DEVICE_OPS`` keeps it.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ import math
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, Costs
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.linalg import call_costs
 from dmlpatch.opfix.linalg.lu import column_major, first_flagged, swap_rows
 from dmlpatch.opfix.linalg.operands import FLOATS, square_floats, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
@@ -36,6 +42,9 @@ from dmlpatch.opfix.on_the_cpu import through_the_cpu
 WIDEST = 64
 #: Bunch and Kaufman's threshold: it bounds the growth of the entries of L and D.
 _ALPHA = (1 + math.sqrt(17)) / 8
+
+_FACTOR = Chooser("aten::linalg_ldl_factor_ex")
+_SOLVE = Chooser("aten::linalg_ldl_solve")
 
 
 def _row(s: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -219,8 +228,13 @@ def _block_forward(ld: torch.Tensor, x: torch.Tensor, j: int) -> torch.Tensor:
 
 
 def _finite_square(a: torch.Tensor) -> bool:
-    """Fits, and holds no infinity or NaN (the one value read back)."""
-    return square_floats(a, WIDEST) and bool(torch.isfinite(a).all())
+    """Fits, is cheaper on the device, and holds no infinity or NaN (the one value read
+    back)."""
+    return (
+        square_floats(a, WIDEST)
+        and _FACTOR.on_device((a.shape, a.dtype), lambda: factor_cost(a))
+        and bool(torch.isfinite(a).all())
+    )
 
 
 def _ldl_factor_ex(
@@ -251,6 +265,9 @@ def _ldl_solve(
         and pivots.dtype == torch.int32
         and ld.dtype in FLOATS
         and within(n, WIDEST)
+        and _SOLVE.on_device(
+            (ld.shape, pivots.shape, b.shape, b.dtype), lambda: solve_cost(ld, pivots, b)
+        )
     )
     if not fits:
         return through_the_cpu(
@@ -265,6 +282,55 @@ def _ldl_solve(
     x = solve(ld.expand(*batch, n, n), pivots.expand(*batch, n), b.expand(*batch, n, k))
     return column_major(x)
 
+
+def factor_cost(a: torch.Tensor, *, hermitian: bool = False, check_errors: bool = False) -> Costs:
+    """Per column, both pivot choices, the interchange and both updates for every matrix
+    (106 kernels; a 1x1 matrix's one column takes the short path), and the finiteness check
+    read back once."""
+    n, batch = a.shape[-1], call_costs.matrices(a.shape)
+    launches = 51 if n == 1 else 106 * n - 81
+    flops = batch * n**3 / 3  # sytrf
+    results = a.numel() * a.element_size() + batch * (n + 1) * call_costs.INDEX_BYTES
+    return Costs(
+        call_costs.composition(
+            launches,
+            1,
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=0.15 * n * n + n,
+            flops=flops,
+        ),
+        call_costs.fallback((a,), results, flops),
+    )
+
+
+def solve_cost(
+    ld: torch.Tensor, pivots: torch.Tensor, b: torch.Tensor, *, hermitian: bool = False
+) -> Costs:
+    """Per column, both the 1x1 and the 2x2 block's step, selected, each way: 64 kernels."""
+    n, columns = ld.shape[-1], b.shape[-1]
+    batch = max(call_costs.matrices(ld.shape), call_costs.matrices(b.shape))
+    launches = 32 if n == 1 else 64 * n - 42
+    flops = batch * 2 * n * n * columns  # sytrs
+    return Costs(
+        call_costs.composition(
+            launches,
+            0,
+            batch=batch,
+            itemsize=b.element_size(),
+            elements=2 + 0.45 * n * columns + 0.3 * n,
+            flops=flops,
+        ),
+        call_costs.fallback((ld, pivots, b), batch * n * columns * b.element_size(), flops),
+    )
+
+
+def reset() -> None:
+    _FACTOR.reset()
+    _SOLVE.reset()
+
+
+COSTS = {"aten::linalg_ldl_factor_ex": factor_cost, "aten::linalg_ldl_solve": solve_cost}
 
 KERNELS = (
     Kernel("linalg_ldl_factor_ex", _ldl_factor_ex, "fallback"),

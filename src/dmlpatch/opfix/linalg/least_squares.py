@@ -15,7 +15,11 @@ rank, and the residuals.
 
 Full rank is proved, not assumed: ``||R||_F ||R^-1||_F`` bounds the condition number from
 above, and only where it is a hundred times below ``1 / rcond`` (gelsy's estimate can only be
-lower) does the device answer; that bound is the one value read back per call. A
+lower) does the device answer; that bound is the one value read back per call. The
+composition is 42 kernels a column, so each call takes it only where the cost model prices it
+below DirectML's fallback for its shapes (``COSTS``, :mod:`dmlpatch.costs.choice`): on the
+shipped adapter profiles, batches of about a million small systems; ``DMLPATCH_DEVICE_OPS``
+keeps it. A
 rank-deficient or ill-conditioned system, broadcast batches, complex and
 half dtypes and matrices of more than :data:`WIDEST` columns go through the CPU, as DirectML's
 fallback would, counted and said as one.
@@ -27,9 +31,10 @@ from typing import Optional
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, Costs
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
-from dmlpatch.opfix.linalg import householder, lu
+from dmlpatch.opfix.linalg import call_costs, householder, jacobi, lu
 from dmlpatch.opfix.linalg.operands import float_matrices, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
@@ -41,6 +46,8 @@ MARGIN = 100.0
 _DRIVERS = (None, "gelsy", "gels", "gelsd", "gelss")
 
 Result = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+_LSTSQ = Chooser("aten::linalg_lstsq")
 
 
 def _shaped_for_the_device(a: torch.Tensor, b: torch.Tensor) -> Optional[torch.Tensor]:
@@ -121,6 +128,10 @@ def _lstsq(
     a: torch.Tensor, b: torch.Tensor, rcond: Optional[float] = None, *, driver: Optional[str] = None
 ) -> Result:
     matrices = _shaped_for_the_device(a, b) if driver in _DRIVERS else None
+    if matrices is not None and not _LSTSQ.on_device(
+        (a.shape, matrices.shape, a.dtype, driver), lambda: lstsq_cost(a, b, rcond, driver=driver)
+    ):
+        matrices = None
     answer = _by_driver(a, matrices, rcond, driver) if matrices is not None else None
     if answer is None:
         return through_the_cpu(
@@ -130,5 +141,51 @@ def _lstsq(
     solution, residuals, rank, values = answer
     return (solution if matrices is b else solution.squeeze(-1)), residuals, rank, values
 
+
+def lstsq_cost(
+    a: torch.Tensor, b: torch.Tensor, rcond: Optional[float] = None, *, driver: Optional[str] = None
+) -> Costs:
+    """QR (32 kernels a column), the condition bound (a triangular inverse: five a row, and
+    the one read-back) and the solve: 42 kernels a column. ``gels`` adds a tall system's
+    residuals (four); ``gelsd`` and ``gelss`` prove the rank with the device's singular values
+    (:func:`jacobi.svd_cost`), read back, instead of the bound."""
+    m, n, batch = a.shape[-2], a.shape[-1], call_costs.matrices(a.shape)
+    k, tall = min(m, n), max(m, n)
+    columns = b.shape[-1] if b.dim() == a.dim() else 1
+    residuals_made = 4 if m > n else 0
+    # Householder QR (gelsy pivots its columns too), then Q^T b and the triangular solve.
+    host_flops = 2 * k * k * (tall - k / 3) + 4 * tall * k * columns
+    if driver in ("gelsd", "gelss"):
+        launches, readbacks = 37 * k + 5 + residuals_made, 1
+        host_flops += 4 * tall * k * k + 8 * k**3  # and the SVD (Golub and Van Loan)
+    elif driver == "gels":
+        launches, readbacks = 42 * k + 11 + residuals_made, 1
+    else:
+        launches, readbacks = 42 * k + 12, 1
+    solving = call_costs.composition(
+        launches,
+        readbacks,
+        batch=batch,
+        itemsize=a.element_size(),
+        elements=0.15 * tall * k + tall,
+        flops=batch * host_flops,
+    )
+    if driver in ("gelsd", "gelss"):
+        singular_values = jacobi.svd_cost(a, compute_uv=False).device
+        solving = call_costs.together(singular_values, solving)
+    # The solution; a tall system's residuals (but gelsy's); the rank (but gels'); the
+    # singular values (gelsd's and gelss').
+    returned = k if driver in ("gelsd", "gelss") else 0
+    residuals = columns if m > n and driver in ("gels", "gelsd", "gelss") else 0
+    rank = 0 if driver == "gels" else 8
+    results = batch * ((n * columns + residuals + returned) * a.element_size() + rank)
+    return Costs(solving, call_costs.fallback((a, b), results, batch * host_flops))
+
+
+def reset() -> None:
+    _LSTSQ.reset()
+
+
+COSTS = {"aten::linalg_lstsq": lstsq_cost}
 
 KERNELS = (Kernel("linalg_lstsq", _lstsq, "fallback"),)

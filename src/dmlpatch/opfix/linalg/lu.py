@@ -15,9 +15,12 @@ backward, ``torch.linalg.lu``) spreads them into P, L and U (of A^T's factors wh
 the transpose: its backward reads them so), and ``linalg_solve_triangular`` is the substitution
 alone (``trsm``).
 
-The trade: a fixed call launches about three small kernels per row (``benchmarks/ops.py``:
-on the simulator, whose kernels are the CPU's, 64 4x4 inverses take longer fixed than through
-the fallback); the fallback makes two copies and drains the GPU's queue. Only systems up to
+The trade: a factorisation launches 17 small kernels per column and a substitution 5 per row;
+the fallback makes two copies and drains the GPU's queue. Each call takes whichever the cost
+model prices lower for its shapes on the adapter (``COSTS``, :mod:`dmlpatch.costs.choice`):
+on the shipped profiles a triangular solve, an ``lu_solve`` or ``lu_unpack`` of a few rows is
+composed, and a factorisation goes through the fallback but for batches of hundreds of
+thousands; ``DMLPATCH_DEVICE_OPS`` keeps the composition. Only systems up to
 :data:`LARGEST` rows are fixed; larger ones go through the CPU as DirectML's fallback would
 (counted as fallbacks), as do ``check_errors=True`` and dtypes other than
 float32 and float64 (``left=False``, ``X A = B``, is ``A^T X^T = B^T``: the other
@@ -31,8 +34,10 @@ from __future__ import annotations
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.linalg import call_costs
 from dmlpatch.opfix.linalg.operands import FLOATS, square, square_floats, within
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
@@ -42,6 +47,17 @@ LARGEST = 16
 #: Largest triangular system solved on the device (substitution only, no factorisation: the
 #: triangular solves of ``MultivariateNormal.log_prob`` and of Cholesky's gradient).
 WIDEST_TRIANGLE = 64
+
+_LU_FACTOR = Chooser("aten::linalg_lu_factor_ex")
+_DET = Chooser("aten::_linalg_det")
+_SLOGDET = Chooser("aten::_linalg_slogdet")
+_LU_UNPACK = Chooser("aten::lu_unpack")
+_SOLVE_TRIANGULAR = Chooser("aten::linalg_solve_triangular")
+_INV = Chooser("aten::linalg_inv_ex")
+_SOLVE = Chooser("aten::_linalg_solve_ex")
+_LU_SOLVE = Chooser("aten::linalg_lu_solve")
+_LU = Chooser("aten::linalg_lu")
+_TRIANGULAR_SOLVE = Chooser("aten::triangular_solve")
 
 
 def _small(a: torch.Tensor) -> bool:
@@ -152,7 +168,13 @@ def _lu_solve(
     adjoint: bool = False,
 ) -> torch.Tensor:
     fits = _small(lu) and b.dtype == lu.dtype and b.dim() >= 2
-    if not fits or not _sides_agree(lu, b, left):
+    if (
+        not fits
+        or not _sides_agree(lu, b, left)
+        or not _LU_SOLVE.on_device(
+            (lu.shape, b.shape, b.dtype, left), lambda: lu_solve_cost(lu, pivots, b, left=left)
+        )
+    ):
         return through_the_cpu(
             "aten::linalg_lu_solve.out",
             torch.ops.aten.linalg_lu_solve,
@@ -180,7 +202,7 @@ def _substitute_on_side(
 
 
 def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    if check_errors or not _small(a):
+    if check_errors or not _small(a) or not _INV.on_device((a.shape, a.dtype), lambda: inv_cost(a)):
         return through_the_cpu(
             "aten::linalg_inv_ex.inverse",
             torch.ops.aten.linalg_inv_ex,
@@ -202,7 +224,15 @@ def _solve_ex(
     vectors = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
     matrices = b.unsqueeze(-1) if vectors else b
     fits = _small(a) and b.dtype == a.dtype and matrices.dim() >= 2
-    if check_errors or not fits or (vectors and not left) or not _sides_agree(a, matrices, left):
+    if (
+        check_errors
+        or not fits
+        or (vectors and not left)
+        or not _sides_agree(a, matrices, left)
+        or not _SOLVE.on_device(
+            (a.shape, b.shape, a.dtype, left), lambda: solve_cost(a, b, left=left)
+        )
+    ):
         return through_the_cpu(
             "aten::_linalg_solve_ex.result",
             torch.ops.aten._linalg_solve_ex,
@@ -235,7 +265,12 @@ def _factors_the_transpose() -> bool:
 def _lu_factor_ex(
     a: torch.Tensor, *, pivot: bool = True, check_errors: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if not pivot or check_errors or not _fits(a):
+    if (
+        not pivot
+        or check_errors
+        or not _fits(a)
+        or not _LU_FACTOR.on_device((a.shape, a.dtype), lambda: lu_factor_cost(a))
+    ):
         return through_the_cpu(
             "aten::linalg_lu_factor_ex.out",
             torch.ops.aten.linalg_lu_factor_ex,
@@ -251,7 +286,15 @@ def _lu_unpack(
     lu: torch.Tensor, pivots: torch.Tensor, unpack_data: bool = True, unpack_pivots: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     m, n = (lu.shape[-2], lu.shape[-1]) if lu.dim() >= 2 else (0, 0)
-    if lu.dtype not in FLOATS or not within(m, LARGEST) or n > LARGEST:
+    if (
+        lu.dtype not in FLOATS
+        or not within(m, LARGEST)
+        or n > LARGEST
+        or not _LU_UNPACK.on_device(
+            (lu.shape, pivots.shape, lu.dtype, unpack_data, unpack_pivots),
+            lambda: lu_unpack_cost(lu, pivots, unpack_data, unpack_pivots),
+        )
+    ):
         return through_the_cpu(
             "aten::lu_unpack.out",
             torch.ops.aten.lu_unpack,
@@ -288,7 +331,7 @@ def _unpacked(
 
 def _lu(a: torch.Tensor, *, pivot: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``torch.linalg.lu``: ``(P, L, U)`` with ``A = P L U``, A's own factors unpacked."""
-    if not pivot or not _fits(a):
+    if not pivot or not _fits(a) or not _LU.on_device((a.shape, a.dtype), lambda: lu_cost(a)):
         return through_the_cpu("aten::linalg_lu.out", torch.ops.aten.linalg_lu, (a,), pivot=pivot)
     record("fixed", "aten::linalg_lu.out")
     lu, pivots, _ = _factor(a)
@@ -296,7 +339,7 @@ def _lu(a: torch.Tensor, *, pivot: bool = True) -> tuple[torch.Tensor, torch.Ten
 
 
 def _det(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if not _small(a):
+    if not _small(a) or not _DET.on_device((a.shape, a.dtype), lambda: det_cost(a)):
         return through_the_cpu("aten::_linalg_det.result", torch.ops.aten._linalg_det, (a,))
     record("fixed", "aten::_linalg_det.result")
     # PyTorch factors A^T for a row-major real A (det(A^T) = det(A)), and its backward solves
@@ -308,7 +351,7 @@ def _det(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def _slogdet(
     a: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    if not _small(a):
+    if not _small(a) or not _SLOGDET.on_device((a.shape, a.dtype), lambda: slogdet_cost(a)):
         return through_the_cpu("aten::_linalg_slogdet.sign", torch.ops.aten._linalg_slogdet, (a,))
     record("fixed", "aten::_linalg_slogdet.sign")
     lu, pivots, _ = _factor(a.mT if a.is_contiguous() else a)  # as _det: A^T's factors
@@ -351,7 +394,10 @@ def _solve_triangular(
     left: bool = True,
     unitriangular: bool = False,
 ) -> torch.Tensor:
-    if not _triangular_fits(a, b):
+    if not _triangular_fits(a, b) or not _SOLVE_TRIANGULAR.on_device(
+        (a.shape, b.shape, a.dtype, left, unitriangular),
+        lambda: solve_triangular_cost(a, b, upper=upper, left=left, unitriangular=unitriangular),
+    ):
         return through_the_cpu(
             "aten::linalg_solve_triangular.out",
             torch.ops.aten.linalg_solve_triangular,
@@ -387,7 +433,14 @@ def _triangular_solve(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The deprecated ``torch.triangular_solve`` (still in GPyTorch, Pyro and older geometry
     code): ``(X, A)`` with ``op(A) X = B``, both broadcast and column-major as the CPU's."""
-    if not _triangular_fits(a, b) or b.shape[-2] != a.shape[-1]:
+    if (
+        not _triangular_fits(a, b)
+        or b.shape[-2] != a.shape[-1]
+        or not _TRIANGULAR_SOLVE.on_device(
+            (b.shape, a.shape, a.dtype, unitriangular),
+            lambda: triangular_solve_cost(b, a, unitriangular=unitriangular),
+        )
+    ):
         return through_the_cpu(
             "aten::triangular_solve.X",
             torch.ops.aten.triangular_solve,
@@ -406,6 +459,262 @@ def _triangular_solve(
     )
     return column_major(solved), column_major(coefficient)
 
+
+# What each kernel costs (:mod:`dmlpatch.opfix.linalg.call_costs`). Kernels per column of
+# getrf (:func:`_factor`): the pivot's search and its row swap, the multipliers and the
+# trailing update, 17 in all; per row of a substitution (:func:`_substitute`), a row swap and a
+# product and subtraction each way, 14; per row of trsm (:func:`triangular`), a product,
+# a subtraction and a division, 5 (3 without the division). Flops are LAPACK's (Golub and Van
+# Loan): getrf ``m n^2 - n^3 / 3``, getrs ``2 n^2`` per column of B, getri ``4 n^3 / 3``.
+
+
+def _factored(m: int, n: int) -> float:
+    """Elements a kernel of :func:`_factor` touches per matrix (a column, the trailing
+    matrix's share)."""
+    return 0.2 * m * n + max(m, n)
+
+
+def substituted(n: int, columns: int) -> float:
+    """Elements a kernel of a substitution touches per matrix: a row of A, the rows of X
+    solved before it (half of them on average) and its own."""
+    return 2 + columns + 0.15 * n * (1 + columns)
+
+
+def _getrf_flops(m: int, n: int) -> float:
+    k = min(m, n)
+    return max(m, n) * k * k - k**3 / 3
+
+
+def _bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def lu_factor_cost(a: torch.Tensor, *, pivot: bool = True, check_errors: bool = False) -> Costs:
+    m, n, batch = a.shape[-2], a.shape[-1], call_costs.matrices(a.shape)
+    k = min(m, n)
+    # A tall matrix's last column is scaled too (five kernels); info from the diagonal once.
+    launches = 17 * k + 3 + (5 if m > n else 0)
+    flops = batch * _getrf_flops(m, n)
+    return Costs(
+        call_costs.composition(
+            launches,
+            0,
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=_factored(m, n),
+            flops=flops,
+        ),
+        call_costs.fallback((a,), _bytes(a) + batch * (k + 1) * call_costs.INDEX_BYTES, flops),
+    )
+
+
+def det_cost(a: torch.Tensor) -> Costs:
+    """getrf and the product of U's diagonal with the swaps' sign."""
+    return _determinant(a, launches=17 * a.shape[-1] + 13, values=1)
+
+
+def slogdet_cost(a: torch.Tensor) -> Costs:
+    """getrf, the swaps' sign and the sum of logarithms."""
+    return _determinant(a, launches=17 * a.shape[-1] + 17, values=2)
+
+
+def _determinant(a: torch.Tensor, launches: int, values: int) -> Costs:
+    n, batch = a.shape[-1], call_costs.matrices(a.shape)
+    flops = batch * _getrf_flops(n, n)
+    results = values * batch * a.element_size() + _bytes(a) + batch * n * call_costs.INDEX_BYTES
+    return Costs(
+        call_costs.composition(
+            launches,
+            0,
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=_factored(n, n),
+            flops=flops,
+        ),
+        call_costs.fallback((a,), results, flops),
+    )
+
+
+def lu_unpack_cost(
+    lu: torch.Tensor, pivots: torch.Tensor, unpack_data: bool = True, unpack_pivots: bool = True
+) -> Costs:
+    """L and U are masks of LU (three kernels); P is each pivot's row swap applied to the
+    identity."""
+    m, n, batch = lu.shape[-2], lu.shape[-1], call_costs.matrices(lu.shape)
+    k = min(m, n)
+    written = (m * k + k * n) * int(unpack_data) + m * m * int(unpack_pivots)
+    flops = batch * written  # no arithmetic: the elements written
+    return Costs(
+        _unpacking(lu, unpack_data, unpack_pivots),
+        call_costs.fallback((lu, pivots), batch * written * lu.element_size(), flops),
+    )
+
+
+def _unpacking(lu: torch.Tensor, unpack_data: bool, unpack_pivots: bool) -> OnDevice:
+    m, n, batch = lu.shape[-2], lu.shape[-1], call_costs.matrices(lu.shape)
+    k = min(m, n)
+    return call_costs.composition(
+        3 * int(unpack_data) + (6 * k + 3) * int(unpack_pivots),
+        0,
+        batch=batch,
+        itemsize=lu.element_size(),
+        elements=0.4 * m * m + 2 * m,
+        flops=batch * ((m * k + k * n) * int(unpack_data) + m * m * int(unpack_pivots)),
+    )
+
+
+def solve_triangular_cost(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    upper: bool,
+    left: bool = True,
+    unitriangular: bool = False,
+) -> Costs:
+    n = a.shape[-1]
+    columns = b.shape[-1] if left else b.shape[-2]
+    # X A = B is solved as A^T X^T = B^T: one copy more.
+    launches = (3 if unitriangular else 5) * n - 2 + (0 if left else 1)
+    return _substitution(a, b, launches, columns, results=1)
+
+
+def triangular_solve_cost(
+    b: torch.Tensor,
+    a: torch.Tensor,
+    upper: bool = True,
+    transpose: bool = False,
+    unitriangular: bool = False,
+) -> Costs:
+    """trsm and both results in LAPACK's layout."""
+    launches = (3 if unitriangular else 5) * a.shape[-1]
+    return _substitution(a, b, launches, b.shape[-1], results=2)
+
+
+def _substitution(
+    a: torch.Tensor, b: torch.Tensor, launches: int, columns: int, results: int
+) -> Costs:
+    n = a.shape[-1]
+    batch = max(call_costs.matrices(a.shape), call_costs.matrices(b.shape))
+    flops = batch * n * n * columns  # trsm
+    up = batch * n * columns * b.element_size() + (results - 1) * batch * n * n * a.element_size()
+    return Costs(
+        call_costs.composition(
+            launches,
+            0,
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=substituted(n, columns),
+            flops=flops,
+        ),
+        call_costs.fallback((a, b), up, flops),
+    )
+
+
+def inv_cost(a: torch.Tensor, *, check_errors: bool = False) -> Costs:
+    """getrf and a substitution against the identity."""
+    n, batch = a.shape[-1], call_costs.matrices(a.shape)
+    flops = batch * (_getrf_flops(n, n) + 4 * n**3 / 3)  # getrf and getri
+    elements = (17 * _factored(n, n) + 14 * substituted(n, n)) / 31
+    return Costs(
+        call_costs.composition(
+            31 * n + 3, 0, batch=batch, itemsize=a.element_size(), elements=elements, flops=flops
+        ),
+        call_costs.fallback((a,), _bytes(a) + batch * call_costs.INDEX_BYTES, flops),
+    )
+
+
+def solve_cost(
+    a: torch.Tensor, b: torch.Tensor, *, left: bool = True, check_errors: bool = False
+) -> Costs:
+    """getrf and getrs (from the right, on B^T: one copy more)."""
+    n, batch = a.shape[-1], max(call_costs.matrices(a.shape), call_costs.matrices(b.shape))
+    vectors = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
+    columns = 1 if vectors else b.shape[-1 if left else -2]
+    flops = batch * (_getrf_flops(n, n) + 2 * n * n * columns)
+    elements = (17 * _factored(n, n) + 14 * substituted(n, columns)) / 31
+    results = (
+        batch * n * columns * b.element_size()
+        + batch * n * n * a.element_size()
+        + batch * (n + 1) * call_costs.INDEX_BYTES
+    )
+    return Costs(
+        call_costs.composition(
+            31 * n + 1 + (0 if left else 1),
+            0,
+            batch=batch,
+            itemsize=a.element_size(),
+            elements=elements,
+            flops=flops,
+        ),
+        call_costs.fallback((a, b), results, flops),
+    )
+
+
+def lu_solve_cost(
+    lu: torch.Tensor,
+    pivots: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    left: bool = True,
+    adjoint: bool = False,
+) -> Costs:
+    n = lu.shape[-1]
+    batch = max(call_costs.matrices(lu.shape), call_costs.matrices(b.shape))
+    columns = b.shape[-1 if left else -2]
+    flops = batch * 2 * n * n * columns  # getrs
+    return Costs(
+        call_costs.composition(
+            14 * n - 2 + (0 if left else 1),
+            0,
+            batch=batch,
+            itemsize=b.element_size(),
+            elements=substituted(n, columns),
+            flops=flops,
+        ),
+        call_costs.fallback((lu, pivots, b), batch * n * columns * b.element_size(), flops),
+    )
+
+
+def lu_cost(a: torch.Tensor, *, pivot: bool = True) -> Costs:
+    """getrf and its factors unpacked."""
+    m, n, batch = a.shape[-2], a.shape[-1], call_costs.matrices(a.shape)
+    k = min(m, n)
+    factored = lu_factor_cost(a)
+    written = batch * (m * m + m * k + k * n) * a.element_size()
+    return Costs(
+        call_costs.together(factored.device, _unpacking(a, True, True)),
+        call_costs.fallback((a,), written, factored.fallback.host_flops),
+    )
+
+
+def reset() -> None:
+    for chooser in (
+        _LU_FACTOR,
+        _DET,
+        _SLOGDET,
+        _LU_UNPACK,
+        _SOLVE_TRIANGULAR,
+        _INV,
+        _SOLVE,
+        _LU_SOLVE,
+        _LU,
+        _TRIANGULAR_SOLVE,
+    ):
+        chooser.reset()
+
+
+COSTS = {
+    "aten::linalg_lu_factor_ex": lu_factor_cost,
+    "aten::_linalg_det": det_cost,
+    "aten::_linalg_slogdet": slogdet_cost,
+    "aten::lu_unpack": lu_unpack_cost,
+    "aten::linalg_solve_triangular": solve_triangular_cost,
+    "aten::linalg_inv_ex": inv_cost,
+    "aten::_linalg_solve_ex": solve_cost,
+    "aten::linalg_lu_solve": lu_solve_cost,
+    "aten::linalg_lu": lu_cost,
+    "aten::triangular_solve": triangular_solve_cost,
+}
 
 KERNELS = (
     Kernel("linalg_lu_factor_ex", _lu_factor_ex, "fallback"),

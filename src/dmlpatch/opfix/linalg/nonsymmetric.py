@@ -29,6 +29,11 @@ def _eigvals(a: torch.Tensor) -> torch.Tensor:
     return through_the_cpu("aten::_linalg_eigvals", torch.ops.aten._linalg_eigvals, (a,))
 
 
+NO_CHOICE = (
+    "no composition: every call already goes through the CPU, dmlpatch's own way, because "
+    "DirectML's fallback cannot return the complex results"
+)
+
 KERNELS = (
     Kernel("linalg_eig", _eig, "fallback"),
     Kernel("_linalg_eigvals", _eigvals, "fallback"),

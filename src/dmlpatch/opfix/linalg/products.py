@@ -109,6 +109,12 @@ def _linalg_cross(self: torch.Tensor, other: torch.Tensor, *, dim: int = -1) -> 
     return _linalg_cross_out(self, other, dim=dim, out=out)
 
 
+NO_CHOICE = (
+    "a dot or cross product is one to a dozen elementwise kernels, which cost less than the "
+    "fallback's read-back of each operand, and its bytes cross the device's memory faster "
+    "than the link the fallback copies them over"
+)
+
 KERNELS = (
     Kernel("dot", _dot, "fallback"),
     Kernel("vdot", _vdot, "fallback"),
