@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from tests.e2e.opfix.helpers import PROFILE
+from tests.e2e.opfix.helpers import PROFILE, decide_again
 
 import dmlpatch.sim as sim
 from dmlpatch import environment_variables, opfix
@@ -29,3 +29,13 @@ def dev() -> Iterator[torch.device]:
     opfix.install("sim", PROFILE)
     yield sim.device(0)
     opfix.uninstall()
+
+
+@pytest.fixture
+def composed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every fix composes each call it takes, whatever the cost model says the fallback would
+    save (``DMLPATCH_DEVICE_OPS=all``): for tests of what the compositions compute."""
+    monkeypatch.setenv(environment_variables.DMLPATCH_DEVICE_OPS, "all")
+    decide_again()
+    yield
+    decide_again()

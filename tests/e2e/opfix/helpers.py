@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
 
 from dmlpatch import opfix
+from dmlpatch.costs.choice import Chooser
+from dmlpatch.opfix import registry
 
 PROFILE = "torch-directml-0.2.5"
 
@@ -29,6 +32,16 @@ def without_fixes() -> Iterator[None]:
         yield
     finally:
         opfix.install("sim", PROFILE)
+
+
+def decide_again() -> None:
+    """Every fix's per-call choices forgotten, so that the next call of each operator reads
+    ``DMLPATCH_DEVICE_OPS`` and the cost model afresh (and nothing else of the fixes' state
+    changes)."""
+    for fix in registry.fixes():
+        for value in vars(importlib.import_module(fix.module)).values():
+            if isinstance(value, Chooser):
+                value.reset()
 
 
 def no_copies(counters: dict[str, Any]) -> bool:

@@ -336,6 +336,7 @@ def _as_tuple(result: Any) -> tuple[torch.Tensor, ...]:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.usefixtures("composed")  # the compositions, whatever the cost model would pick
 def test_fixed_on_device_equal_to_cpu_without_copies(dev: torch.device, name: str) -> None:
     function, inputs, op = CASES[name]
     torch.manual_seed(0)
@@ -368,6 +369,7 @@ def test_without_dmlpatch_directml_falls_back(dev: torch.device, name: str) -> N
         assert op in sim.counters()["ops"]["fallback"]
 
 
+@pytest.mark.usefixtures("composed")  # the device's inv, whose info is reference LAPACK's
 def test_errors_match_the_cpu(dev: torch.device) -> None:
     bad = torch.tensor([1.5, 0.5])
     for x in (bad, bad.to(dev)):

@@ -14,6 +14,10 @@ from tests.e2e.opfix.helpers import close, no_copies, without_fixes
 import dmlpatch.sim as sim
 from dmlpatch.opfix.linalg import householder
 
+# What these tests check is the composition: the cost model would send most of these calls
+# through the fallback.
+pytestmark = pytest.mark.usefixtures("composed")
+
 SHAPES = [(5, 3), (3, 5), (4, 4), (1, 1), (7, 1), (1, 6), (2, 3, 6, 4), (64, 64)]
 
 

@@ -17,6 +17,10 @@ from tests.e2e.opfix.helpers import as_accurate, close, no_copies, without_fixes
 import dmlpatch.sim as sim
 from dmlpatch.opfix.linalg import jacobi
 
+# What these tests check is the composition: the cost model would send most of these calls
+# through the fallback.
+pytestmark = pytest.mark.usefixtures("composed")
+
 FLOATS = [torch.float32, torch.float64]
 
 

@@ -15,6 +15,10 @@ from tests.e2e.opfix.helpers import as_accurate, close, without_fixes
 
 import dmlpatch.sim as sim
 
+# What these tests check is the composition: the cost model would send most of these calls
+# through the fallback.
+pytestmark = pytest.mark.usefixtures("composed")
+
 
 def test_without_dmlpatch_lstsq_falls_back(dev: torch.device) -> None:
     with without_fixes(), warnings.catch_warnings():

@@ -72,8 +72,8 @@ EXPECTED_IN = {
 }
 
 
-def _report(*arguments: str) -> dict[str, Any]:
-    result = run_python([str(SCRIPT), *arguments], env=clean_env(), timeout=900)
+def _report(*arguments: str, **environment: str) -> dict[str, Any]:
+    result = run_python([str(SCRIPT), *arguments], env=clean_env(**environment), timeout=900)
     assert result.code == 0, result.err[-3000:]
     parsed: dict[str, Any] = json.loads(result.out)
     return parsed
@@ -81,8 +81,9 @@ def _report(*arguments: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    """The linear-algebra operators, float32 and float64."""
-    return _report("linalg")
+    """The linear-algebra operators, float32 and float64, each call the fixes take composed on
+    the device whatever the cost model would pick (these tests are of the compositions)."""
+    return _report("linalg", DMLPATCH_DEVICE_OPS="all")
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +132,9 @@ def test_the_only_calls_through_the_cpu_are_the_catalogued_ones(report: dict[str
 
 @pytest.fixture(scope="module")
 def gradients() -> dict[str, Any]:
-    """The gradients of every differentiable operator, float32 and float64."""
-    return _report("gradients", "float32", "float64")
+    """The gradients of every differentiable operator, float32 and float64 (the compositions',
+    as for :func:`report`)."""
+    return _report("gradients", "float32", "float64", DMLPATCH_DEVICE_OPS="all")
 
 
 def test_every_gradient_equals_the_cpu_s(gradients: dict[str, Any]) -> None:

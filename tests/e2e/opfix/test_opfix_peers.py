@@ -209,6 +209,7 @@ def _as_tuple(result: Any) -> tuple[torch.Tensor, ...]:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.usefixtures("composed")  # the compositions, whatever the cost model would pick
 def test_fixed_on_device_equal_to_cpu_without_copies(dev: torch.device, name: str) -> None:
     function, inputs, op = CASES[name]
     expected = _as_tuple(function(*inputs))
