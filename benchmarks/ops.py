@@ -13,6 +13,7 @@ copies), not a GPU. Copies per call come from the simulator's counters.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ import torch
 
 import dmlpatch.sim as sim
 from dmlpatch import opfix
+from dmlpatch.environment_variables import DMLPATCH_DEVICE_OPS
 from dmlpatch.errors import UsageError
 from dmlpatch.opfix import cpu_ops
 from dmlpatch.opfix.observer import Observer
@@ -279,6 +281,9 @@ def main() -> None:
     parser.add_argument("--only", default="", help="the op rows whose label contains this")
     arguments = parser.parse_args()
     repeat = arguments.repeat
+    # The "fixed" column is the composition's, whatever the cost model would pick per call
+    # (benchmarks/choice.py has what the choice itself costs).
+    os.environ.setdefault(DMLPATCH_DEVICE_OPS, "all")
     sim.load(PROFILE)
     dev = sim.device()
     opfix.install("sim", PROFILE)
