@@ -55,10 +55,16 @@ def main(spec: str, as_json: bool, save: bool) -> int:
     driver = adapters.driver_version(backend, adapter)
     measured = calibrate.measure(device, clock, adapter, name=f"measured: {adapter}")
     compared = active.current().profile if backend == "sim" else profiles.closest(adapter)[0]
+    from dmlpatch import opfix
+
+    opfix.install_for(backend)
+    checks = calibrate.check_fixes(device, clock, measured.profile)
     written = None
     if save:
         try:
-            written = machine.save(adapter, driver, measured.profile)
+            written = machine.save(
+                adapter, driver, measured.profile, [check.to_json() for check in checks]
+            )
         except OSError as error:
             raise DeviceUnavailable(
                 f"measured, but cannot write the profile into dmlpatch's cache: {error}"
@@ -71,6 +77,7 @@ def main(spec: str, as_json: bool, save: bool) -> int:
             "clock": clock.name,
             "profile": measured.profile.to_json(),
             "compared_with": compared.name,
+            "fixes": [check.to_json() for check in checks],
             "written": written,
         }
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -83,6 +90,22 @@ def main(spec: str, as_json: bool, save: bool) -> int:
         lines.append(
             f"{name:15} {value:10.4g} {getattr(compared, name):14.4g}  {measured.how[name]}"
         )
+    if checks:
+        lines.append(
+            "each fix both ways, measured (ms), and the side the model picks on the figures above:"
+        )
+        for check in checks:
+            measured_side = "composed" if check.composition_s <= check.fallback_s else "fallback"
+            picked = (
+                "composed"
+                if check.modelled_composition_s <= check.modelled_fallback_s
+                else "fallback"
+            )
+            lines.append(
+                f"  {check.label:28} composed {check.composition_s * 1e3:8.3f}  fallback "
+                f"{check.fallback_s * 1e3:8.3f}  faster: {measured_side:8}  model: {picked}"
+                + ("" if check.agrees else "  (the model is wrong here: please send this)")
+            )
     if written is not None and backend == "sim":
         lines.append(
             f"written to {written} (the simulated device itself always models the profile it "

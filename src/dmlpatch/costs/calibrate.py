@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 from dmlpatch.costs import profiles
 
@@ -208,3 +208,129 @@ def _host_rates() -> tuple[float, float]:
     large = timed(384, 4)
     flops = 2 / 3 * 384**3 + 2 * 384**2
     return call, flops / max(large - call, 1e-12) / 1e9
+
+
+class FixCheck(NamedTuple):
+    """One fix, both ways, on this adapter: measured, and as the model prices it."""
+
+    label: str
+    operator: str
+    composition_s: float
+    fallback_s: float
+    modelled_composition_s: float
+    modelled_fallback_s: float
+
+    @property
+    def agrees(self) -> bool:
+        """Whether the model picks the side that measured faster."""
+        measured = self.composition_s <= self.fallback_s
+        return measured == (self.modelled_composition_s <= self.modelled_fallback_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self._asdict(), "agrees": self.agrees}
+
+
+class _Probe(NamedTuple):
+    label: str
+    operator: str
+    call: Callable[[], Any]
+    #: The operator's arguments as its fix's cost function takes them.
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = {}
+
+
+def _probes(device: Any) -> list[_Probe]:
+    """The linear algebra that fixes compose, each at a size where the choice is close and at
+    one where it is not."""
+    import torch
+
+    def symmetric(*shape: int) -> Any:
+        a = torch.randn(*shape)
+        return (a + a.mT).to(device)
+
+    def positive(*shape: int) -> Any:
+        a = torch.randn(*shape)
+        return (a @ a.mT + shape[-1] * torch.eye(shape[-1])).to(device)
+
+    eigh8, eigh32 = symmetric(8, 8), symmetric(32, 32)
+    spd64, batch3 = positive(64, 64), positive(1024, 3, 3)
+    rhs3 = torch.randn(1024, 3, 1).to(device)
+    lower3 = torch.linalg.cholesky(positive(1024, 3, 3).cpu()).to(device)
+    return [
+        _Probe("eigh 8x8", "aten::_linalg_eigh", lambda: torch.linalg.eigh(eigh8), (eigh8,)),
+        _Probe("eigh 32x32", "aten::_linalg_eigh", lambda: torch.linalg.eigh(eigh32), (eigh32,)),
+        _Probe(
+            "cholesky 64x64",
+            "aten::linalg_cholesky_ex",
+            lambda: torch.linalg.cholesky(spd64),
+            (spd64,),
+        ),
+        _Probe(
+            "solve_triangular 1024 x 3x3",
+            "aten::linalg_solve_triangular",
+            lambda: torch.linalg.solve_triangular(lower3, rhs3, upper=False),
+            (lower3, rhs3),
+            {"upper": False},
+        ),
+        _Probe(
+            "solve 1024 x 3x3",
+            "aten::_linalg_solve_ex",
+            lambda: torch.linalg.solve(batch3, rhs3),
+            (batch3, rhs3),
+        ),
+    ]
+
+
+def _cost_function(operator: str) -> Optional[Callable[..., Any]]:
+    from dmlpatch.opfix import registry
+
+    for fix in registry.fixes():
+        if operator in fix.costs:
+            return fix.costs[operator]
+    return None
+
+
+def check_fixes(device: Any, clock: Clock, profile: profiles.Profile) -> list[FixCheck]:
+    """Each probe timed through its fix's composition and through DirectML's fallback (every
+    chooser forced each way), beside the model's price of both on ``profile``; probes whose
+    operator has no cost function here (the fixes are not installed) are left out."""
+    import warnings
+
+    from dmlpatch.costs import choice
+
+    sink = device_sink(device)
+    found = []
+    for probe in _probes(device):
+        cost = _cost_function(probe.operator)
+        if cost is None:
+            continue
+        timed = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DirectML's fallback warning, said by the probe
+            for on_device in (True, False):
+                with choice.forcing(on_device):
+                    probe.call()
+                    # The least of a few: a fallback's CPU kernel is timed on the wall clock
+                    # even on the simulated device, and another process may take the CPU.
+                    timed[on_device] = min(
+                        _run(clock, sink, probe.call) for _ in range(max(clock.rounds, 3))
+                    )
+        both = cost(*probe.args, **probe.kwargs)
+        found.append(
+            FixCheck(
+                probe.label,
+                probe.operator,
+                timed[True],
+                timed[False],
+                choice.device_seconds(both.device, profile),
+                choice.fallback_seconds(both.fallback, profile),
+            )
+        )
+    return found
+
+
+def device_sink(device: Any) -> Any:
+    """A one-element tensor whose read-back ends each timed run."""
+    import torch
+
+    return torch.zeros(1, device=device)

@@ -15,8 +15,9 @@ whose key was seen costs one dictionary lookup.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Callable, NamedTuple
 
 from dmlpatch import log
@@ -41,7 +42,9 @@ class OnDevice(NamedTuple):
 
 class ThroughTheCpu(NamedTuple):
     """DirectML's CPU fallback of one call: its device arguments copied down (each a
-    read-back), its results copied back, and its CPU kernel."""
+    read-back), its results copied back, and its CPU kernel (one call's overhead and
+    ``host_flops``; a batch of small matrices adds about 0.1 µs a matrix on one thread here,
+    which the FLOPs cover)."""
 
     down_bytes: float
     up_bytes: float
@@ -80,6 +83,22 @@ def fallback_seconds(cost: ThroughTheCpu, profile: profiles.Profile) -> float:
     )
 
 
+#: Every chooser's answer while :func:`forcing` is in force (``dmlpatch calibrate`` times both
+#: sides of a call); None: each decides.
+_forcing: bool | None = None
+
+
+@contextlib.contextmanager
+def forcing(on_device: bool) -> Iterator[None]:
+    """Every fix takes its composition (``True``) or DirectML's fallback (``False``) inside."""
+    global _forcing
+    before, _forcing = _forcing, on_device
+    try:
+        yield
+    finally:
+        _forcing = before
+
+
 def _forced_to_device() -> frozenset[str]:
     listed = os.environ.get(DMLPATCH_DEVICE_OPS, "")
     return frozenset(entry.strip() for entry in listed.split(",") if entry.strip())
@@ -96,6 +115,8 @@ class Chooser:
     def on_device(self, key: Hashable, costs: Callable[[], Costs]) -> bool:
         """Whether this call (whose cost ``key`` decides: its shapes, its dtype) takes the
         composition; ``costs`` is called only for a key not seen before."""
+        if _forcing is not None:
+            return _forcing
         answer = self._answers.get(key)
         if answer is None:
             answer = self._decide(key, costs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from dmlpatch import atomic, log
 from dmlpatch.costs import profiles
@@ -57,9 +57,15 @@ def load(adapter: str, driver: str) -> Optional[profiles.Profile]:
         return None
 
 
-def save(adapter: str, driver: str, profile: profiles.Profile) -> str:
-    """Write the profile measured on ``adapter`` with ``driver``; returns the path. Raises
-    ``OSError`` where the cache cannot be written."""
+def save(
+    adapter: str,
+    driver: str,
+    profile: profiles.Profile,
+    fixes: Optional[list[dict[str, Any]]] = None,
+) -> str:
+    """Write the profile measured on ``adapter`` with ``driver`` (and ``fixes``: each fix timed
+    both ways, kept for whoever reads the file); returns the path. Raises ``OSError`` where
+    the cache cannot be written."""
     where = path(adapter, driver, create=True)
     if where is None:
         raise OSError("dmlpatch's cache directory cannot be written")
@@ -69,6 +75,7 @@ def save(adapter: str, driver: str, profile: profiles.Profile) -> str:
         "driver": driver,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "profile": profile.to_json(),
+        "fixes": fixes or [],
     }
     atomic.write(where, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     return where

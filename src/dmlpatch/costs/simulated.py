@@ -103,14 +103,21 @@ _CAUSE_WORDS = {
 def describe(section: Modelled, most: int = 3) -> list[str]:
     """The section in lines for a terminal (``dmlpatch check``)."""
     per = f"per step over {section['steps']} steps" if section["steps"] else "for the run"
-    causes = dict(section["by_cause"])
+    by_cause = section["by_cause"]
+    causes = {
+        "launch": by_cause["launch"],
+        "readback": by_cause["readback"],
+        "copy": by_cause["copy"],
+        "compute": by_cause["compute"],
+        "host": by_cause["host"],
+    }
     lines = [
         f"modelled DirectML time: {_ms(section['seconds'])} {per} on {section['profile']} "
-        f"({section['how']}); wall time here {_ms(section['wall_seconds'])} "
-        + ("per step" if section["steps"] else "")
+        f"({section['how']}); wall time here {_ms(section['wall_seconds'])}"
+        + (" per step" if section["steps"] else "")
         + " (the simulator's kernels are the CPU's)",
         "  by cause: "
-        + ", ".join(f"{word} {_ms(float(causes[cause]))}" for cause, word in _CAUSE_WORDS.items()),
+        + ", ".join(f"{word} {_ms(causes[cause])}" for cause, word in _CAUSE_WORDS.items()),
     ]
     ranked = [entry for entry in section["by_operator"][:most] if entry["seconds"] > 0]
     if ranked:

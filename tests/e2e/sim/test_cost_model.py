@@ -139,6 +139,16 @@ def test_calibrate_on_the_simulated_device_writes_the_profile_it_measured(tmp_pa
     stored = json.loads(written.read_text())
     assert stored["adapter"] == "Simulated Radeon (discrete)"
     assert stored["profile"] == data["profile"]
+    # Each probed fix timed both ways (forced), beside the model's price of both.
+    checks = {check["label"]: check for check in data["fixes"]}
+    assert {"eigh 32x32", "solve_triangular 1024 x 3x3"} <= set(checks)
+    assert stored["fixes"] == data["fixes"]
+    for check in checks.values():
+        assert check["composition_s"] > 0 and check["fallback_s"] > 0
+        assert check["modelled_composition_s"] > 0 and check["modelled_fallback_s"] > 0
+    # Thousands of launches against one round trip: measured and modelled agree by far.
+    eigh = checks["eigh 32x32"]
+    assert eigh["composition_s"] > 10 * eigh["fallback_s"] and eigh["agrees"]
 
 
 def test_calibrate_says_in_one_line_what_it_cannot_measure(tmp_path: Path) -> None:
