@@ -244,14 +244,21 @@ def cpu_kernel(
             argument = schema.arguments[i]
             before = args[i] if i < len(args) else kwargs.get(argument.name)
             after = cpu_args[i] if i < len(cpu_args) else cpu_kwargs.get(argument.name)
-            if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor):
-                if before.shape != after.shape:
-                    before.resize_(after.shape)
-                before.copy_(after)
+            # A written list (``Tensor(a!)[]``: the foreach and fused optimizers' in-place
+            # forms) is written back element by element.
+            pairs = zip(before, after) if isinstance(before, (list, tuple)) else [(before, after)]
+            for device_tensor, host_tensor in pairs:
+                if not isinstance(device_tensor, torch.Tensor) or not isinstance(
+                    host_tensor, torch.Tensor
+                ):
+                    continue
+                if device_tensor.shape != host_tensor.shape:
+                    device_tensor.resize_(host_tensor.shape)
+                device_tensor.copy_(host_tensor)
                 copies += 1
-                nbytes += _nbytes(after)
-                _made_one("h2d", _nbytes(after))
-                originals[id(after)] = before
+                nbytes += _nbytes(host_tensor)
+                _made_one("h2d", _nbytes(host_tensor))
+                originals[id(host_tensor)] = device_tensor
 
         def to_device(value: Any) -> Any:
             nonlocal copies, nbytes
