@@ -38,7 +38,6 @@ def configure(adapter: str) -> None:
 def priced(profile: Optional[profiles.Profile] = None, counters: Any = None) -> pricing.Priced:
     """What the simulated device ran since its counters were last reset, priced on ``profile``
     (default: the one it is configured as; any configured one)."""
-    from dmlpatch import sim
     from dmlpatch.sim import counting
 
     chosen = profile if profile is not None else active.current().profile
@@ -46,7 +45,7 @@ def priced(profile: Optional[profiles.Profile] = None, counters: Any = None) -> 
     if slot is None:
         raise ValueError(f"the simulated device does not model the {chosen.name} profile")
     return pricing.price(
-        counters if counters is not None else sim.counters(), counting.costs(), chosen, slot
+        counters if counters is not None else counting.snapshot(), counting.costs(), chosen, slot
     )
 
 
