@@ -24,6 +24,10 @@ from torchvision.ops import (
 import dmlpatch.sim as sim
 from dmlpatch.opfix.vision import detection as vision
 
+# What these tests check is the compositions: the cost model would send some of these small
+# calls through the fallback (test_opfix_fix_costs checks the choice).
+pytestmark = pytest.mark.usefixtures("composed")
+
 
 def _boxes(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)

@@ -32,8 +32,12 @@ from __future__ import annotations
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.cost_terms import resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
+from dmlpatch.opfix.vision import detection_costs
 
 #: Rows of the IoU matrix computed at once: bounds memory to _BLOCK * N values.
 _BLOCK = 2048
@@ -41,6 +45,17 @@ _BLOCK = 2048
 _WHOLE_MATRIX = 8192
 #: Elements of the per-chunk intermediate of roi_align (regions x rows x channels x columns).
 _CHUNK_ELEMENTS = 1 << 24
+
+_NMS = Chooser("torchvision::nms")
+_ROI_ALIGN = Chooser("torchvision::roi_align")
+_PS_ROI_ALIGN = Chooser("torchvision::ps_roi_align")
+_ROI_POOL = Chooser("torchvision::roi_pool")
+_PS_ROI_POOL = Chooser("torchvision::ps_roi_pool")
+_PS_ROI_POOL_BACKWARD = Chooser("torchvision::_ps_roi_pool_backward")
+_DEFORM_CONV2D = Chooser("torchvision::deform_conv2d")
+reset = resetting(
+    _NMS, _ROI_ALIGN, _PS_ROI_ALIGN, _ROI_POOL, _PS_ROI_POOL, _PS_ROI_POOL_BACKWARD, _DEFORM_CONV2D
+)
 
 
 def _threshold_below(threshold: float, dtype: torch.dtype) -> float:
@@ -108,7 +123,11 @@ def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) 
 
 
 def nms(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    """``torchvision::nms`` on the device."""
+    """``torchvision::nms`` on the device, or through the CPU where that costs less."""
+    key = shapes(dets, scores)
+    if not _NMS.on_device(key, lambda: detection_costs.nms(dets, scores, iou_threshold)):
+        arguments = (dets, scores, iou_threshold)
+        return through_the_cpu("torchvision::nms", torch.ops.torchvision.nms, arguments)
     record("fixed", "torchvision::nms")
     return greedy_nms(dets, scores, float(iou_threshold))
 
@@ -162,7 +181,12 @@ def roi_align(
     sampling_ratio: int,
     aligned: bool,
 ) -> torch.Tensor:
-    """``torchvision::roi_align`` on the device (differentiable: registered for autograd)."""
+    """``torchvision::roi_align`` on the device (differentiable: registered for autograd), or
+    through the CPU where that costs less."""
+    arguments = (input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
+    key = (*shapes(input, rois), pooled_height, pooled_width, sampling_ratio, aligned)
+    if not _ROI_ALIGN.on_device(key, lambda: detection_costs.roi_align(*arguments)):
+        return through_the_cpu("torchvision::roi_align", torch.ops.torchvision.roi_align, arguments)
     record("fixed", "torchvision::roi_align")
     offset = 0.5 if aligned else 0.0
     return _sampled_average(
@@ -185,11 +209,16 @@ def ps_roi_align(
     size, the count of samples unclamped as torchvision's kernel has it). Every channel is
     pooled over every bin, then each bin keeps its own channel: PH * PW times the products
     needed, in exchange for no gather."""
-    record("fixed", "torchvision::ps_roi_align")
     channels = input.shape[1]
     bins = pooled_height * pooled_width
     if channels % bins:
         raise RuntimeError("input channels must be a multiple of pooling height * pooling width")
+    arguments = (input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio)
+    key = (*shapes(input, rois), pooled_height, pooled_width, sampling_ratio)
+    if not _PS_ROI_ALIGN.on_device(key, lambda: detection_costs.ps_roi_align(*arguments)):
+        operator = torch.ops.torchvision.ps_roi_align
+        return through_the_cpu("torchvision::ps_roi_align", operator, arguments)
+    record("fixed", "torchvision::ps_roi_align")
     every = _sampled_average(
         input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, 0.5, True,
         clamp_count=False,
@@ -252,7 +281,10 @@ def _separable_products(
     images = rois[:, 0].long()
     # sort, not argsort: torch 2.4's argsort(stable=True) is an operator DirectML lacks.
     order = torch.sort(images, stable=True).indices
-    sizes = torch.bincount(images, minlength=batch).tolist()
+    # Each image's count of regions, by comparison rather than bincount (a fix of its own,
+    # whose checks would read back twice more).
+    batches = torch.arange(batch, device=images.device)
+    sizes = (images[None, :] == batches[:, None]).sum(1).tolist()
     rows, columns = rows[order], columns[order]
     # [N, H, C * W]: an image as the right operand of its regions' row product.
     by_rows = input.permute(0, 2, 1, 3).reshape(batch, height, channels * width)
@@ -303,7 +335,13 @@ def roi_pool(
 
     A rectangle's maximum is the maximum over its rows of each row's maximum, so the columns
     are reduced first (one masked maximum per region, bin column and row) and then the rows;
-    the first maximum of the rectangle is the first row's reaching it, at that row's first."""
+    the first maximum of the rectangle is the first row's reaching it, at that row's first.
+    Through the CPU where that costs less (the masked maxima move ``PW`` times the regions'
+    maps)."""
+    arguments = (input, rois, spatial_scale, pooled_height, pooled_width)
+    key = (*shapes(input, rois), pooled_height, pooled_width)
+    if not _ROI_POOL.on_device(key, lambda: detection_costs.roi_pool(*arguments)):
+        return through_the_cpu("torchvision::roi_pool", torch.ops.torchvision.roi_pool, arguments)
     record("fixed", "torchvision::roi_pool")
     _, channels, height, width = input.shape
     regions = rois.shape[0]
@@ -440,10 +478,15 @@ def ps_roi_pool(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``torchvision::ps_roi_pool`` on the device: each bin's mean over its window of its own
     channel, as the products of :func:`_separable_products` with indicator matrices."""
-    record("fixed", "torchvision::ps_roi_pool")
     _, channels, height, width = input.shape
     if channels % (pooled_height * pooled_width):
         raise RuntimeError("input channels must be a multiple of pooling height * pooling width")
+    arguments = (input, rois, spatial_scale, pooled_height, pooled_width)
+    key = (*shapes(input, rois), pooled_height, pooled_width)
+    if not _PS_ROI_POOL.on_device(key, lambda: detection_costs.ps_roi_pool(*arguments)):
+        operator = torch.ops.torchvision.ps_roi_pool
+        return through_the_cpu("torchvision::ps_roi_pool", operator, arguments)
+    record("fixed", "torchvision::ps_roi_pool")
     if rois.shape[0] == 0:
         every = input.new_zeros((0, channels, pooled_height, pooled_width))
         return _own_bins(every, channels, pooled_height, pooled_width)
@@ -473,6 +516,16 @@ def ps_roi_pool_backward(
     """``torchvision::_ps_roi_pool_backward``: each bin's gradient spread evenly over its
     window (torchvision's backward windows reach the last row and column, its forward's do
     not: kept as it computes them), summed over the regions of each image."""
+    arguments = (
+        grad, rois, channel_mapping, spatial_scale, pooled_height, pooled_width,
+        batch_size, channels, height, width,
+    )  # fmt: skip
+    key = (*shapes(grad, rois), *arguments[3:])
+    if not _PS_ROI_POOL_BACKWARD.on_device(
+        key, lambda: detection_costs.ps_roi_pool_backward(*arguments)
+    ):
+        operator = torch.ops.torchvision._ps_roi_pool_backward
+        return through_the_cpu("torchvision::_ps_roi_pool_backward", operator, arguments)
     record("fixed", "torchvision::_ps_roi_pool_backward")
     grad_input = grad.new_zeros((batch_size, channels, height, width))
     regions = rois.shape[0]
@@ -524,7 +577,16 @@ def deform_conv2d(
     corners outside it count 0): four gathers of the image with their weights give the
     columns of a convolution, optionally scaled by the mask, which the weight multiplies
     group by group. Autograd's derivatives of the gathers and weights are torchvision's
-    formulas for the input, offset and mask gradients."""
+    formulas for the input, offset and mask gradients. Through the CPU where that costs less
+    (a small convolution: its 118 kernels against the fallback's copies)."""
+    arguments = (
+        input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
+        dilation_h, dilation_w, groups, offset_groups, use_mask,
+    )  # fmt: skip
+    key = (*shapes(input, weight, offset), *arguments[5:])
+    if not _DEFORM_CONV2D.on_device(key, lambda: detection_costs.deform_conv2d(*arguments)):
+        operator = torch.ops.torchvision.deform_conv2d
+        return through_the_cpu("torchvision::deform_conv2d", operator, arguments)
     record("fixed", "torchvision::deform_conv2d")
     batch, channels, height, width = input.shape
     out_channels, _, kernel_h, kernel_w = weight.shape
@@ -567,6 +629,19 @@ def deform_conv2d(
     output = torch.matmul(kernels[None], columns).reshape(batch, out_channels, out_h, out_w)
     return output + bias[None, :, None, None]
 
+
+#: The operators whose composition can cost more than the fallback, by shape. Not here:
+#: ``_roi_pool_backward``, 13 kernels and no read-back against the fallback's three (its
+#: gradient, regions and maxima copied down, the whole input's gradient copied up).
+COSTS: dict[str, CostFunction] = {
+    "torchvision::nms": detection_costs.nms,
+    "torchvision::roi_align": detection_costs.roi_align,
+    "torchvision::ps_roi_align": detection_costs.ps_roi_align,
+    "torchvision::roi_pool": detection_costs.roi_pool,
+    "torchvision::ps_roi_pool": detection_costs.ps_roi_pool,
+    "torchvision::_ps_roi_pool_backward": detection_costs.ps_roi_pool_backward,
+    "torchvision::deform_conv2d": detection_costs.deform_conv2d,
+}
 
 KERNELS = (
     Kernel("nms", nms, "fallback", namespace="torchvision"),
