@@ -21,10 +21,13 @@ Cost per call on DirectML, against the fallback it replaces (``n`` input element
 output elements, ``d`` resized dimensions): nearest exact, ``d`` launches and no read-back
 against two copies of ``n + m`` elements and a queue drain; antialiased, ``3 * 2`` launches and
 about ``K * m`` elements moved per pass, no read-back. The first call of a new size adds one
-upload of ``K`` indices and weights per output row. On every published DirectML figure a
-launch (2-5 µs recorded, about 0.15 ms dispatched and waited for) costs less than the
-synchronising read-back alone (0.12 ms on an Intel Arc), so the composition wins from the
-smallest image up; the fallback's copies only widen the gap with size.
+upload of ``K`` indices and weights per output row. A launch costs less than the
+fallback's synchronising read-back alone, so the composition wins from the smallest image up,
+and exact nearest (one gather per dimension) at every size. The antialiased passes, though,
+move ``K`` times the output through memory three times over: where memory is little faster
+than the bus (an integrated GPU) a large batch is cheaper through the CPU (a batch of 16
+512x512 images to 224x224 on Iris Xe: 29 ms composed against 17 ms through the CPU), so the
+cost model chooses per call for the antialiased modes (:data:`COSTS`).
 
 Weights follow the CPU kernel (``UpSampleKernel.cpp``): the filter's support is
 ``interp_size / 2`` times the scale when downsampling, the window of each output position
@@ -45,8 +48,10 @@ from typing import Any, Callable, Optional
 import torch
 from torch._prims_common import suggest_memory_format
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, into
+from dmlpatch.opfix.cost_terms import fallback, resetting, shapes
 from dmlpatch.opfix.cpu_ops import cpu_kernel
 
 #: The dtypes composed on the device; others take the CPU path.
@@ -178,6 +183,73 @@ def _in_float32(x: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]
 Core = Callable[..., Optional[torch.Tensor]]
 
 
+def _taps(mode: str, input_size: int, output_size: int, align_corners: bool, scale: Any) -> int:
+    """``K``: the input positions an output position reads along one dimension."""
+    ratio = _area_scale(input_size, output_size, align_corners, scale)
+    interp = _INTERP_SIZE[mode]
+    support = interp * 0.5 * ratio if ratio >= 1.0 else interp * 0.5
+    return math.ceil(support) * 2 + 1
+
+
+def aa_cost(mode: str, backward: bool) -> Callable[..., Costs]:
+    """The cost function of an antialiased resize (``backward``: of its gradient): per
+    dimension a gather, a weighting and a sum of the ``K`` taps (3 kernels, the widest over
+    ``K`` times the output), or for the gradient a weighting, a zero input and a
+    ``scatter_add`` (3); a cast each way for float16. The fallback: the input (gradient) down,
+    the result up, a multiply-add per tap on the host."""
+
+    def cost(
+        self: torch.Tensor,
+        output_size: list[int],
+        *rest: Any,
+    ) -> Costs:
+        if backward:
+            input_size, align_corners, *scales = rest
+        else:
+            input_size, (align_corners, *scales) = list(self.shape), rest
+        scale_h = scales[0] if scales else None
+        scale_w = scales[1] if len(scales) > 1 else None
+        lead = math.prod(input_size[:-2])
+        (height, width), (out_h, out_w) = input_size[-2:], output_size
+        taps_w = _taps(mode, width, out_w, align_corners, scale_w)
+        taps_h = _taps(mode, height, out_h, align_corners, scale_h)
+        # The width first ([.., H, W] -> [.., H, out_w]), then the height: K taps gathered each.
+        wide = lead * height * out_w
+        gathered = lead * out_w * (height * taps_w + out_h * taps_h)
+        size = self.element_size()
+        half = self.dtype is torch.float16
+        image, result = lead * height * width, lead * out_h * out_w
+        moved = 4 * (image + 4 * gathered + 2 * wide + result)
+        moved += 8 * (image + result) if half else 0
+        device = OnDevice(6 + (2 if half else 0), 0, moved, 2.0 * gathered)
+        up = (image if backward else result) * size
+        return Costs(device, fallback(self, up=up, host_flops=2.0 * gathered))
+
+    return cost
+
+
+COSTS: dict[str, CostFunction] = {
+    f"aten::_upsample_{mode}2d_aa{suffix}": aa_cost(mode, bool(suffix))
+    for mode in _INTERP_SIZE
+    for suffix in ("", "_backward")
+}
+_BILINEAR = Chooser("aten::_upsample_bilinear2d_aa")
+_BILINEAR_BACKWARD = Chooser("aten::_upsample_bilinear2d_aa_backward")
+_BICUBIC = Chooser("aten::_upsample_bicubic2d_aa")
+_BICUBIC_BACKWARD = Chooser("aten::_upsample_bicubic2d_aa_backward")
+_CHOOSERS = {
+    chooser.operator: chooser
+    for chooser in (_BILINEAR, _BILINEAR_BACKWARD, _BICUBIC, _BICUBIC_BACKWARD)
+}
+reset = resetting(*_CHOOSERS.values())
+
+
+def _composed(operator: str, tensor: torch.Tensor, *arguments: Any) -> bool:
+    """Whether the cost model sends this antialiased resize to the composition."""
+    key = (*shapes(tensor), *(tuple(a) if isinstance(a, list) else a for a in arguments))
+    return _CHOOSERS[operator].on_device(key, lambda: COSTS[operator](tensor, *arguments))
+
+
 def _aa_forward(mode: str, name: str) -> Core:
     def forward(
         self: torch.Tensor,
@@ -187,6 +259,9 @@ def _aa_forward(mode: str, name: str) -> Core:
         scales_w: Optional[float] = None,
     ) -> Optional[torch.Tensor]:
         if self.dtype not in _COMPOSED:
+            return None
+        arguments = (output_size, align_corners, scales_h, scales_w)
+        if not _composed(f"aten::_upsample_{mode}2d_aa", self, *arguments):
             return None
         record("fixed", name)
         height, width = self.shape[-2:]
@@ -212,6 +287,9 @@ def _aa_backward(mode: str, name: str) -> Core:
         scales_w: Optional[float] = None,
     ) -> Optional[torch.Tensor]:
         if grad_output.dtype not in _COMPOSED:
+            return None
+        arguments = (output_size, input_size, align_corners, scales_h, scales_w)
+        if not _composed(f"aten::_upsample_{mode}2d_aa_backward", grad_output, *arguments):
             return None
         record("fixed", name)
         height, width = input_size[-2:]

@@ -8,15 +8,20 @@ or border padding (what those models use) are composed of gathers, registered at
 is a scatter-add, the grid's flows through the interpolation weights); the CPU kernel's
 arithmetic is followed: ``unnormalize`` as ``GridSampler.h``, the four corner weights as its
 ``nw``/``ne``/``sw``/``se``, nearest as round-half-to-even. Bicubic sampling and reflection
-padding go through the CPU, as DirectML's fallback would, and are counted as fallbacks.
+padding go through the CPU, as DirectML's fallback would, and are counted as fallbacks; so do
+the calls the cost model finds cheaper there (:func:`cost`: the composition is 27 to 56
+kernels whatever the size, against the fallback's two read-backs and its copies, so a small
+sample of a small image is cheaper through the CPU).
 """
 
 from __future__ import annotations
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.cost_terms import fallback, resetting, shapes
 
 _BILINEAR, _NEAREST = 0, 1
 _ZEROS, _BORDER = 0, 1
@@ -103,6 +108,35 @@ def _on_device(
     return _gather(flat, x, y, weights, width, height).reshape(n, c, out_h, out_w)
 
 
+def cost(
+    input: torch.Tensor,
+    grid: torch.Tensor,
+    interpolation_mode: int,
+    padding_mode: int,
+    align_corners: bool,
+) -> Costs:
+    """The composition: 46 kernels bilinear (27 nearest), 2 more to unnormalise without
+    ``align_corners``, 8 more to clip to the border; its bytes are the gather of every corner's
+    channels and the arithmetic on each point's coordinates. The fallback: the input and the
+    grid copied down, the output up, the CPU's interpolation per channel and point."""
+    batch, channels = input.shape[0], input.shape[1]
+    points = batch * grid.shape[1] * grid.shape[2]
+    bilinear = interpolation_mode == _BILINEAR
+    launches = (46 if bilinear else 27) + (0 if align_corners else 2)
+    launches += 8 if padding_mode == _BORDER else 0
+    size = input.element_size()
+    per_point = (27 * channels + 170) if bilinear else (5 * channels + 45)
+    device = OnDevice(launches, 0, size * points * per_point, float(points * per_point / 4))
+    output = points * channels * size
+    host = points * (channels * (8 if bilinear else 1) + 20)
+    return Costs(device, fallback(input, grid, up=output, host_flops=host))
+
+
+_GRID_SAMPLER_2D = Chooser("aten::grid_sampler_2d")
+reset = resetting(_GRID_SAMPLER_2D)
+COSTS: dict[str, CostFunction] = {"aten::grid_sampler_2d": cost}
+
+
 def _grid_sampler_2d(
     input: torch.Tensor,
     grid: torch.Tensor,
@@ -110,10 +144,14 @@ def _grid_sampler_2d(
     padding_mode: int,
     align_corners: bool,
 ) -> torch.Tensor:
+    arguments = (input, grid, interpolation_mode, padding_mode, align_corners)
     if interpolation_mode in (_BILINEAR, _NEAREST) and padding_mode in (_ZEROS, _BORDER):
-        record("fixed", "aten::grid_sampler_2d")
-        return _on_device(input, grid, interpolation_mode, padding_mode, align_corners)
-    # Bicubic, reflection: through the CPU, differentiably, as DirectML's fallback does.
+        key = (*shapes(input, grid), interpolation_mode, padding_mode, align_corners)
+        if _GRID_SAMPLER_2D.on_device(key, lambda: cost(*arguments)):
+            record("fixed", "aten::grid_sampler_2d")
+            return _on_device(*arguments)
+    # Bicubic, reflection, and what costs less there: through the CPU, differentiably, as
+    # DirectML's fallback does.
     copies = 3
     nbytes = (input.numel() + grid.numel()) * input.element_size()
     record("fallback", "aten::grid_sampler_2d", copies, nbytes)
