@@ -126,6 +126,7 @@ def test_fixes_follow_the_profile_and_the_release() -> None:
     assert "aten::normal_" in {k.qualified for k in opfix.kernels() if opfix.needed(k, old)}
 
 
+@pytest.mark.usefixtures("composed")  # the compositions, whatever the cost model would pick
 def test_every_fix_is_composed_of_native_operators(dev: torch.device) -> None:
     """Run each fixed call and check the simulated backend saw only native operators."""
     x = torch.tensor([[3, 1, 3], [1, 1, 7]], device=dev)

@@ -12,16 +12,26 @@ depends on its unstable sort, and PyTorch does not specify it (nor which NaN's g
 NaN gets in the inverse). Operators used, all native on DirectML: ``sort.stable``, ``ne``,
 ``any``, ``cat``, ``masked_select``, ``index_select``, ``cumsum``, ``nonzero``, ``scatter``,
 ``sub``, ``full``, ``arange``, views and copies.
+
+Each composition reads back once (the count of unique values), twice with counts, and launches
+4 to 10 kernels flat, ``3 * m`` more for rows of ``m`` elements (a stable sort per column):
+against the fallback's one read-back and two copies, small inputs and long rows are cheaper
+through the CPU. The cost model chooses per call for the operators DirectML has no kernel for
+(:func:`cost`); ``_unique2`` with counts or an inverse is refused, so it is always composed.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Any, Optional
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.cost_terms import fallback, resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 Triple = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -126,6 +136,99 @@ def unique_rows(
     return values.contiguous(), inverse, counts
 
 
+# ---- what they cost ----
+
+
+def cost(
+    self: torch.Tensor,
+    dim: Optional[int],
+    consecutive: bool,
+    return_inverse: bool,
+    return_counts: bool,
+) -> Costs:
+    """:func:`unique_flat` (``dim`` None) or :func:`unique_rows`, as counted from their code:
+    the group starts (4 kernels flat: ``ne``, a ``cat`` of a one, ``masked_select``; rows: also
+    ``any`` and an ``index_select`` of the kept rows, and the two copies of moving ``dim``
+    first and back), a stable sort first unless ``consecutive`` (flat: 1; rows: 2 and 3 per
+    column), the inverse (2, 3 when sorted: scattered back to the input's order), the counts
+    (4, and a read-back). The fallback copies the input down and, taking every value as
+    unique (an upper bound), the values, the inverse and the counts up."""
+    size = self.element_size()
+    total = self.numel()
+    if dim is None:
+        rows, width, moved = total, 1, 0
+        launches = 4 + (0 if consecutive else 1)
+    else:
+        dim = dim % max(self.dim(), 1)
+        rows = self.shape[dim] if self.dim() else 1
+        width = total // max(rows, 1)
+        moved = 2 if dim and math.prod(self.shape[:dim]) > 1 else 0
+        launches = 6 + moved + (0 if consecutive else 2 + 3 * width)
+    launches += (2 if consecutive else 3) if return_inverse else 0
+    launches += 4 if return_counts else 0
+    sorts = 0 if consecutive else width
+    moved_bytes = total * (4 * size + 2) + sorts * rows * (3 * size + 48) + rows * 60
+    moved_bytes += 2 * total * 2 * size if moved else 0  # dim moved first and back
+    logarithm = math.log2(max(rows, 2))
+    device = OnDevice(launches, 1 + (1 if return_counts else 0), moved_bytes, float(total * 8))
+    up = total * size + 8 * rows * (int(return_inverse) + int(return_counts))
+    host = 2.0 * rows * logarithm * width + total
+    return Costs(device, fallback(self, up=up, host_flops=host))
+
+
+def _unique_cost(self: torch.Tensor, sorted: bool = True, return_inverse: bool = False) -> Costs:
+    return cost(self, None, False, return_inverse, False)
+
+
+def _unique_dim_cost(
+    self: torch.Tensor,
+    dim: int,
+    sorted: bool = True,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+) -> Costs:
+    return cost(self, dim, False, return_inverse, return_counts)
+
+
+def _unique_consecutive_cost(
+    self: torch.Tensor,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    dim: Optional[int] = None,
+) -> Costs:
+    return cost(self, dim, True, return_inverse, return_counts)
+
+
+def _unique_dim_consecutive_cost(
+    self: torch.Tensor, dim: int, return_inverse: bool = False, return_counts: bool = False
+) -> Costs:
+    return cost(self, dim, True, return_inverse, return_counts)
+
+
+COSTS: dict[str, CostFunction] = {
+    "aten::_unique": _unique_cost,
+    "aten::unique_dim": _unique_dim_cost,
+    "aten::unique_consecutive": _unique_consecutive_cost,
+    "aten::unique_dim_consecutive": _unique_dim_consecutive_cost,
+}
+_UNIQUE = Chooser("aten::_unique")
+_UNIQUE_DIM = Chooser("aten::unique_dim")
+_UNIQUE_CONSECUTIVE = Chooser("aten::unique_consecutive")
+_UNIQUE_DIM_CONSECUTIVE = Chooser("aten::unique_dim_consecutive")
+_CHOOSERS = {
+    chooser.operator: chooser
+    for chooser in (_UNIQUE, _UNIQUE_DIM, _UNIQUE_CONSECUTIVE, _UNIQUE_DIM_CONSECUTIVE)
+}
+reset = resetting(*_CHOOSERS.values())
+
+
+def _composed(operator: str, *arguments: Any) -> bool:
+    """Whether this call takes the composition (the cost model's choice, by its shape and
+    the outputs asked for)."""
+    key = (*shapes(arguments[0]), *arguments[1:])
+    return _CHOOSERS[operator].on_device(key, lambda: COSTS[operator](*arguments))
+
+
 # ---- the registered kernels ----
 
 
@@ -149,6 +252,9 @@ def _unique2(
 def _unique(
     self: torch.Tensor, sorted: bool = True, return_inverse: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if not _composed("aten::_unique", self, sorted, return_inverse):
+        arguments = (self, sorted, return_inverse)
+        return through_the_cpu("aten::_unique", torch.ops.aten._unique, arguments)
     record("fixed", "aten::_unique")
     values, inverse, _ = unique_flat(self, False, return_inverse, False)
     return values, inverse
@@ -161,6 +267,9 @@ def _unique_dim(
     return_inverse: bool = False,
     return_counts: bool = False,
 ) -> Triple:
+    arguments = (self, dim, sorted, return_inverse, return_counts)
+    if not _composed("aten::unique_dim", *arguments):
+        return through_the_cpu("aten::unique_dim", torch.ops.aten.unique_dim, arguments)
     record("fixed", "aten::unique_dim")
     return unique_rows(self, dim, False, return_inverse, return_counts)
 
@@ -171,6 +280,10 @@ def _unique_consecutive(
     return_counts: bool = False,
     dim: Optional[int] = None,
 ) -> Triple:
+    arguments = (self, return_inverse, return_counts, dim)
+    if not _composed("aten::unique_consecutive", *arguments):
+        operator = torch.ops.aten.unique_consecutive
+        return through_the_cpu("aten::unique_consecutive", operator, arguments)
     record("fixed", "aten::unique_consecutive")
     if dim is None:
         return unique_flat(self, True, return_inverse, return_counts)
@@ -180,6 +293,10 @@ def _unique_consecutive(
 def _unique_dim_consecutive(
     self: torch.Tensor, dim: int, return_inverse: bool = False, return_counts: bool = False
 ) -> Triple:
+    arguments = (self, dim, return_inverse, return_counts)
+    if not _composed("aten::unique_dim_consecutive", *arguments):
+        operator = torch.ops.aten.unique_dim_consecutive
+        return through_the_cpu("aten::unique_dim_consecutive", operator, arguments)
     record("fixed", "aten::unique_dim_consecutive")
     return unique_rows(self, dim, True, return_inverse, return_counts)
 
