@@ -16,6 +16,10 @@ from tests.e2e.opfix.helpers import no_copies, without_fixes
 
 import dmlpatch.sim as sim
 
+# What these tests check is the compositions: the cost model would send some of these small
+# calls through the fallback (test_opfix_fix_costs checks the choice).
+pytestmark = pytest.mark.usefixtures("composed")
+
 
 def _close(device_result: torch.Tensor, cpu_result: torch.Tensor) -> bool:
     got = device_result.cpu()

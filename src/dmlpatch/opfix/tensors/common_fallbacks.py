@@ -16,21 +16,157 @@ bincount               ``scatter_add`` of ones (or weights) into a zero vector
 log_sigmoid            ``min(x, 0) - log1p(z)``, ``z = exp(-|x|)`` kept as the buffer, and its
                        backward (BCE-with-logits in every YOLO loss)
 ====================== ==========================================================================
+
+Each is a few kernels and no read-back, where the fallback reads back every tensor argument
+and copies it over the bus; but the compositions read and write memory several times over
+(``log_sigmoid_backward``: 13 kernels, 83 bytes an element), so on an adapter whose memory is
+little faster than its bus (an integrated GPU) a large one can be cheaper through the CPU, and
+``bincount`` reads back its range where the fallback reads its input: the cost model chooses
+per call (:data:`COSTS`). ``addmv`` is a matrix product against a copy of the whole matrix:
+always the composition.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, functional, in_place, into
+from dmlpatch.opfix.cost_terms import TRANSCENDENTAL, elementwise, fallback, resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
+
+# ---- what the compositions cost: kernels and bytes an element counted from their code
+# (float32), against the fallback's copies and its arithmetic on the host ----
+
+
+def silu_backward_cost(
+    grad_output: torch.Tensor, self: torch.Tensor, *, grad_input: torch.Tensor
+) -> Costs:
+    """A sigmoid and five products and sums, then the copy into ``grad_input``."""
+    n, size = self.numel(), self.element_size()
+    host = n * (TRANSCENDENTAL + 4.0)
+    return Costs(
+        elementwise(7, n, 68, size), fallback(grad_output, self, up=n * size, host_flops=host)
+    )
+
+
+def lerp_cost(
+    self: torch.Tensor, end: torch.Tensor, weight: Union[float, torch.Tensor], *, out: torch.Tensor
+) -> Costs:
+    """A number weight: a difference, a product, a sum and the copy into ``out`` (4); a
+    tensor weight: both formulas and the choice between them (11)."""
+    shape = torch.broadcast_shapes(
+        self.shape, end.shape, weight.shape if isinstance(weight, torch.Tensor) else ()
+    )
+    n, size = math.prod(shape), out.element_size()
+    tensor = isinstance(weight, torch.Tensor)
+    device = elementwise(11, n, 102, size) if tensor else elementwise(4, n, 40, size)
+    return Costs(device, fallback(self, end, weight, up=n * size, host_flops=4.0 * n))
+
+
+def nan_to_num_cost(
+    self: torch.Tensor,
+    nan: Optional[float] = None,
+    posinf: Optional[float] = None,
+    neginf: Optional[float] = None,
+    *,
+    out: torch.Tensor,
+) -> Costs:
+    """Three comparisons and fills (10 kernels with the copy into ``out``); a clone for
+    integers. DirectML's fallback copies ``out`` down too, which its functional form makes the
+    size of the result."""
+    n, size = self.numel(), self.element_size()
+    device = elementwise(10, n, 62, size) if self.is_floating_point() else elementwise(2, n, 16)
+    through = fallback(self, up=n * size, host_flops=3.0 * n)
+    if out is not self:
+        through = through._replace(down_bytes=2 * n * size, arguments=through.arguments + 1)
+    return Costs(device, through)
+
+
+def bincount_cost(
+    self: torch.Tensor, weights: Optional[torch.Tensor] = None, minlength: int = 0
+) -> Costs:
+    """The check for negative values and the largest value (3 kernels, two read-backs), the
+    counts' zeros, the ones (or the weights cast), the index widened from int32, one
+    ``scatter_add``. The fallback copies the input (and weights) down and ``minlength`` counts
+    up (more where a value is larger, which only the values say)."""
+    n = self.numel()
+    casts = (0 if weights is not None and weights.dtype == torch.float else 1) + (
+        0 if self.dtype == torch.int64 else 1
+    )
+    reads = 2 if n else 0
+    device = OnDevice(5 + casts, reads, n * (24.0 + 8 * casts) + 8.0 * minlength, 4.0 * n)
+    return Costs(device, fallback(self, weights, up=8.0 * minlength, host_flops=2.0 * n))
+
+
+def log_sigmoid_forward_cost(self: torch.Tensor) -> Costs:
+    """``exp(-|x|)``, ``log1p``, ``min(x, 0)`` and the difference (6 kernels); the fallback
+    brings the result and the buffer back."""
+    n, size = self.numel(), self.element_size()
+    host = n * (2.0 * TRANSCENDENTAL + 3)
+    return Costs(elementwise(6, n, 48, size), fallback(self, up=2 * n * size, host_flops=host))
+
+
+def log_sigmoid_backward_cost(
+    grad_output: torch.Tensor, self: torch.Tensor, buffer: torch.Tensor
+) -> Costs:
+    """The sign, ``exp(-|x|)`` recomputed, the derivative and the product (13 kernels)."""
+    n, size = self.numel(), self.element_size()
+    host = n * (TRANSCENDENTAL + 6.0)
+    return Costs(
+        elementwise(13, n, 83, size),
+        fallback(grad_output, self, buffer, up=n * size, host_flops=host),
+    )
+
+
+def _log_sigmoid_forward_output_cost(
+    self: torch.Tensor, *, output: torch.Tensor, buffer: torch.Tensor
+) -> Costs:
+    device, through = log_sigmoid_forward_cost(self)
+    moved = fallback(self, output, buffer, up=through.up_bytes, host_flops=through.host_flops)
+    return Costs(device._replace(launches=device.launches + 2), moved)
+
+
+COSTS: dict[str, CostFunction] = {
+    "aten::silu_backward": silu_backward_cost,
+    "aten::lerp": lerp_cost,
+    "aten::nan_to_num": nan_to_num_cost,
+    "aten::bincount": bincount_cost,
+    "aten::log_sigmoid_forward": log_sigmoid_forward_cost,
+    "aten::log_sigmoid_backward": log_sigmoid_backward_cost,
+}
+_SILU_BACKWARD = Chooser("aten::silu_backward")
+_LERP = Chooser("aten::lerp")
+_NAN_TO_NUM = Chooser("aten::nan_to_num")
+_BINCOUNT = Chooser("aten::bincount")
+_LOG_SIGMOID_FORWARD = Chooser("aten::log_sigmoid_forward")
+_LOG_SIGMOID_BACKWARD = Chooser("aten::log_sigmoid_backward")
+reset = resetting(
+    _SILU_BACKWARD, _LERP, _NAN_TO_NUM, _BINCOUNT, _LOG_SIGMOID_FORWARD, _LOG_SIGMOID_BACKWARD
+)
+
+
+def _weight_key(weight: Union[float, torch.Tensor]) -> object:
+    """A number weight's formula (which side of 0.5), or a tensor weight's shape."""
+    if isinstance(weight, torch.Tensor):
+        return shapes(weight)
+    return abs(weight) < 0.5
 
 
 def _silu_backward(
     grad_output: torch.Tensor, self: torch.Tensor, *, grad_input: torch.Tensor
 ) -> torch.Tensor:
+    key = shapes(grad_output, self)
+    if not _SILU_BACKWARD.on_device(
+        key, lambda: silu_backward_cost(grad_output, self, grad_input=grad_input)
+    ):
+        operator = torch.ops.aten.silu_backward.grad_input
+        name = "aten::silu_backward.grad_input"
+        return through_the_cpu(name, operator, (grad_output, self), grad_input=grad_input)
     record("fixed", "aten::silu_backward.grad_input")
     sigmoid = torch.sigmoid(self)
     return into(grad_input, grad_output * sigmoid * (1 + self * (1 - sigmoid)))
@@ -53,6 +189,10 @@ def _lerp(
 def _lerp_scalar_out(
     self: torch.Tensor, end: torch.Tensor, weight: float, *, out: torch.Tensor
 ) -> torch.Tensor:
+    key = (*shapes(self, end, out), _weight_key(weight))
+    if not _LERP.on_device(key, lambda: lerp_cost(self, end, weight, out=out)):
+        operator = torch.ops.aten.lerp.Scalar_out
+        return through_the_cpu("aten::lerp.Scalar_out", operator, (self, end, weight), out=out)
     record("fixed", "aten::lerp.Scalar_out")
     return into(out, _lerp(self, end, float(weight)))
 
@@ -60,6 +200,10 @@ def _lerp_scalar_out(
 def _lerp_tensor_out(
     self: torch.Tensor, end: torch.Tensor, weight: torch.Tensor, *, out: torch.Tensor
 ) -> torch.Tensor:
+    key = (*shapes(self, end, out), _weight_key(weight))
+    if not _LERP.on_device(key, lambda: lerp_cost(self, end, weight, out=out)):
+        operator = torch.ops.aten.lerp.Tensor_out
+        return through_the_cpu("aten::lerp.Tensor_out", operator, (self, end, weight), out=out)
     record("fixed", "aten::lerp.Tensor_out")
     return into(out, _lerp(self, end, weight))
 
@@ -72,6 +216,11 @@ def _nan_to_num_out(
     *,
     out: torch.Tensor,
 ) -> torch.Tensor:
+    key = (*shapes(self, out), out is self)
+    if not _NAN_TO_NUM.on_device(key, lambda: nan_to_num_cost(self, nan, posinf, neginf, out=out)):
+        operator = torch.ops.aten.nan_to_num.out
+        arguments = (self, nan, posinf, neginf)
+        return through_the_cpu("aten::nan_to_num.out", operator, arguments, out=out)
     record("fixed", "aten::nan_to_num.out")
     if not self.is_floating_point():
         return into(out, self.clone())
@@ -116,6 +265,10 @@ def _bincount(
         raise RuntimeError("minlength should be >= 0")
     if weights is not None and weights.shape != self.shape:
         raise RuntimeError("weights should be 1-d and have the same length as input")
+    key = (*shapes(self, weights), minlength)
+    if not _BINCOUNT.on_device(key, lambda: bincount_cost(self, weights, minlength)):
+        operator = torch.ops.aten.bincount
+        return through_the_cpu("aten::bincount", operator, (self, weights, minlength))
     record("fixed", "aten::bincount")
     if self.numel() and bool((self < 0).any()):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
@@ -136,6 +289,9 @@ def _log_sigmoid(self: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _log_sigmoid_forward(self: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if not _LOG_SIGMOID_FORWARD.on_device(shapes(self), lambda: log_sigmoid_forward_cost(self)):
+        operator = torch.ops.aten.log_sigmoid_forward
+        return through_the_cpu("aten::log_sigmoid_forward", operator, (self,))
     record("fixed", "aten::log_sigmoid_forward")
     return _log_sigmoid(self)
 
@@ -143,6 +299,13 @@ def _log_sigmoid_forward(self: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 def _log_sigmoid_forward_output(
     self: torch.Tensor, *, output: torch.Tensor, buffer: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (*shapes(self, output, buffer), "output")
+    if not _LOG_SIGMOID_FORWARD.on_device(
+        key, lambda: _log_sigmoid_forward_output_cost(self, output=output, buffer=buffer)
+    ):
+        operator = torch.ops.aten.log_sigmoid_forward.output
+        name = "aten::log_sigmoid_forward.output"
+        return through_the_cpu(name, operator, (self,), output=output, buffer=buffer)
     record("fixed", "aten::log_sigmoid_forward")
     result, z = _log_sigmoid(self)
     return into(output, result), into(buffer, z)
@@ -160,6 +323,13 @@ def _log_sigmoid_gradient(grad_output: torch.Tensor, self: torch.Tensor) -> torc
 def _log_sigmoid_backward(
     grad_output: torch.Tensor, self: torch.Tensor, buffer: torch.Tensor
 ) -> torch.Tensor:
+    key = shapes(grad_output, self, buffer)
+    if not _LOG_SIGMOID_BACKWARD.on_device(
+        key, lambda: log_sigmoid_backward_cost(grad_output, self, buffer)
+    ):
+        operator = torch.ops.aten.log_sigmoid_backward
+        arguments = (grad_output, self, buffer)
+        return through_the_cpu("aten::log_sigmoid_backward", operator, arguments)
     record("fixed", "aten::log_sigmoid_backward")
     return _log_sigmoid_gradient(grad_output, self)
 
@@ -171,6 +341,14 @@ def _log_sigmoid_backward_out(
     *,
     grad_input: torch.Tensor,
 ) -> torch.Tensor:
+    key = (*shapes(grad_output, self, buffer), "grad_input")
+    if not _LOG_SIGMOID_BACKWARD.on_device(
+        key, lambda: log_sigmoid_backward_cost(grad_output, self, buffer)
+    ):
+        operator = torch.ops.aten.log_sigmoid_backward.grad_input
+        name = "aten::log_sigmoid_backward.grad_input"
+        arguments = (grad_output, self, buffer)
+        return through_the_cpu(name, operator, arguments, grad_input=grad_input)
     record("fixed", "aten::log_sigmoid_backward")
     return into(grad_input, _log_sigmoid_gradient(grad_output, self))
 

@@ -17,16 +17,26 @@ nextafter      the neighbouring float towards ``other``: the bits as an integer,
 _assert_async  raises the CPU's error when the single value is zero (one read of the value, as
                the fallback's copy would make)
 ============== ====================================================================================
+
+``clamp`` with tensor bounds and ``glu`` are one to three kernels against the fallback's
+read-back per tensor and its copies: always cheaper. ``glu``'s backward (8 kernels) and
+``nextafter`` (20) read and write memory many times over, so where memory is little faster
+than the bus (an integrated GPU) a large call is cheaper through the CPU: the cost model
+chooses per call (:data:`COSTS`). ``_assert_async`` reads its one value back either way.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, functional, in_place, into
+from dmlpatch.opfix.cost_terms import TRANSCENDENTAL, elementwise, fallback, resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 
 def _clamp_tensor_out(
@@ -101,10 +111,52 @@ def _glu_out(self: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.T
     return into(out, first * torch.sigmoid(second))
 
 
+def glu_backward_cost(
+    grad_output: torch.Tensor, self: torch.Tensor, dim: int, *, grad_input: torch.Tensor
+) -> Costs:
+    """The gate's sigmoid, both halves' gradients (6 kernels), their ``cat`` and the copy into
+    ``grad_input``: 48 bytes an element of the input."""
+    n, size = self.numel(), self.element_size()
+    host = n / 2 * (TRANSCENDENTAL + 5.0)
+    return Costs(
+        elementwise(8, n, 48, size), fallback(grad_output, self, up=n * size, host_flops=host)
+    )
+
+
+def nextafter_cost(self: torch.Tensor, other: torch.Tensor, *, out: torch.Tensor) -> Costs:
+    """The bits stepped either way, the zero, equal and NaN cases (19 kernels) and the copy
+    into ``out``; a cast of each operand of another dtype and a copy of one broadcast."""
+    dtype = torch.result_type(self, other)
+    shape = torch.broadcast_shapes(self.shape, other.shape)
+    n = math.prod(shape)
+    extra = (self.dtype != dtype) + (other.dtype != dtype)
+    extra += 1 if self.numel() != n or not self.is_contiguous() else 0
+    size = torch.empty((), dtype=dtype).element_size()
+    device = elementwise(20 + extra, n, 142 + 8 * extra, size)
+    return Costs(device, fallback(self, other, up=n * size, host_flops=6.0 * n))
+
+
+COSTS: dict[str, CostFunction] = {
+    "aten::glu_backward": glu_backward_cost,
+    "aten::nextafter": nextafter_cost,
+}
+_GLU_BACKWARD = Chooser("aten::glu_backward")
+_NEXTAFTER = Chooser("aten::nextafter")
+reset = resetting(_GLU_BACKWARD, _NEXTAFTER)
+
+
 def _glu_backward_out(
     grad_output: torch.Tensor, self: torch.Tensor, dim: int, *, grad_input: torch.Tensor
 ) -> torch.Tensor:
     first, second = _halves(self, dim)
+    key = (*shapes(grad_output, self), dim)
+    if not _GLU_BACKWARD.on_device(
+        key, lambda: glu_backward_cost(grad_output, self, dim, grad_input=grad_input)
+    ):
+        operator = torch.ops.aten.glu_backward.grad_input
+        arguments = (grad_output, self, dim)
+        name = "aten::glu_backward.grad_input"
+        return through_the_cpu(name, operator, arguments, grad_input=grad_input)
     record("fixed", "aten::glu_backward.grad_input")
     gate = torch.sigmoid(second)
     grad_first = gate * grad_output
@@ -125,6 +177,10 @@ def _nextafter_out(self: torch.Tensor, other: torch.Tensor, *, out: torch.Tensor
     if dtype not in _BITS:
         # bfloat16 on a device that holds it as float32, or an integer input: the CPU's error.
         raise RuntimeError(f"\"nextafter_cpu\" not implemented for '{_name(dtype)}'")
+    key = (*shapes(self, other), self.is_contiguous())
+    if not _NEXTAFTER.on_device(key, lambda: nextafter_cost(self, other, out=out)):
+        operator = torch.ops.aten.nextafter.out
+        return through_the_cpu("aten::nextafter.out", operator, (self, other), out=out)
     record("fixed", "aten::nextafter.out")
     x, y = torch.broadcast_tensors(self.to(dtype), other.to(dtype))
     bits = x.contiguous().view(_BITS[dtype])

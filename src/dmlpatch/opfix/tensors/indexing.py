@@ -16,26 +16,102 @@ unfold_backward            the overlap-add of windows (``torch.istft``'s, and th
                            ``Tensor.unfold``: ``torch.stft`` in training): a sum of shifted
                            slices when the hop divides the window, else ``scatter_add``
 ========================== ===============================================================
+
+Each is a few kernels and no read-back against the fallback's read-back per tensor argument,
+except two the cost model chooses for per call: ``repeat_interleave`` reads back twice (the
+check for negative repeats and the output's length) where the fallback reads once, so a
+short one is cheaper through the CPU (:func:`repeat_interleave_cost`); ``unfold_backward``
+adds one slice per window block, so a window many hops long (a step of 1 over a window of 64:
+129 kernels) can be (:func:`unfold_backward_cost`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, functional, in_place, into
+from dmlpatch.opfix.cost_terms import fallback, resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
+
+
+def repeat_interleave_cost(repeats: torch.Tensor, *, output_size: Optional[int] = None) -> Costs:
+    """The check for negative repeats (2 kernels, a read-back), the running totals (1), the
+    output's length (a read-back, unless given), the marks scattered and summed (5), and the
+    casts of int32 repeats (2). The fallback: the repeats down, the output up (its length
+    taken as ``output_size``, else as one per repeat)."""
+    count = repeats.numel()
+    total = output_size if output_size is not None else count
+    size = repeats.element_size()
+    casts = 0 if repeats.dtype == torch.int64 else 2
+    device = OnDevice(
+        launches=8 + casts,
+        readbacks=2 if output_size is None else 1,
+        bytes=66.0 * count + 40.0 * total,
+        flops=float(4 * count + 2 * total),
+    )
+    return Costs(device, fallback(repeats, up=total * size, host_flops=float(total)))
+
+
+def _moves(input_sizes: list[int], dim: int) -> bool:
+    """Whether moving ``dim`` next to the window's positions makes the gradient
+    non-contiguous (a copy when it is reshaped)."""
+    dim = dim % len(input_sizes)
+    return dim != len(input_sizes) - 1 and math.prod(input_sizes[dim + 1 :]) > 1
+
+
+def unfold_backward_cost(
+    grad_in: torch.Tensor, input_sizes: list[int], dim: int, size: int, step: int
+) -> Costs:
+    """Where the hop divides the window: a zero output (1), and per block of ``step`` values
+    of the window an add and its write back (2), plus a copy of the block's slice when the
+    hop is longer than 1. Otherwise: the window's indices (4 kernels), the zero output, a
+    copy of the gradient where ``dim`` moves, and one ``scatter_add``. The fallback: the
+    gradient down, the input's gradient up, an add per element."""
+    itemsize = grad_in.element_size()
+    elements = grad_in.numel()
+    length = math.prod(input_sizes) if input_sizes else 1
+    moved = bool(input_sizes) and _moves(input_sizes, dim)
+    if size % step == 0:
+        blocks = size // step
+        launches = 1 + blocks * (2 + (1 if step > 1 else 0))
+        moved_bytes = 7 * itemsize * elements + itemsize * length
+    else:
+        launches = 6 + (1 if moved else 0)
+        moved_bytes = (2 * itemsize + 8) * elements + 2 * itemsize * length
+    device = OnDevice(launches, 0, moved_bytes, float(elements))
+    return Costs(device, fallback(grad_in, up=length * itemsize, host_flops=float(elements)))
+
+
+_REPEAT_INTERLEAVE = Chooser("aten::repeat_interleave")
+_UNFOLD_BACKWARD = Chooser("aten::unfold_backward")
+reset = resetting(_REPEAT_INTERLEAVE, _UNFOLD_BACKWARD)
+COSTS: dict[str, CostFunction] = {
+    "aten::repeat_interleave": repeat_interleave_cost,
+    "aten::unfold_backward": unfold_backward_cost,
+}
 
 
 def _repeat_interleave(repeats: torch.Tensor, *, output_size: Optional[int] = None) -> torch.Tensor:
-    record("fixed", "aten::repeat_interleave.Tensor")
     if repeats.dim() != 1:
         raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
     if repeats.dtype not in (torch.int32, torch.int64):
         raise RuntimeError("repeats has to be Long or Int tensor")
     if repeats.numel() == 0:
+        record("fixed", "aten::repeat_interleave.Tensor")
         return torch.zeros(0, dtype=repeats.dtype, device=repeats.device)
+    key = (*shapes(repeats), output_size is None)
+    if not _REPEAT_INTERLEAVE.on_device(
+        key, lambda: repeat_interleave_cost(repeats, output_size=output_size)
+    ):
+        operator = torch.ops.aten.repeat_interleave.Tensor
+        name = "aten::repeat_interleave.Tensor"
+        return through_the_cpu(name, operator, (repeats,), output_size=output_size)
+    record("fixed", "aten::repeat_interleave.Tensor")
     if bool((repeats < 0).any()):
         raise RuntimeError("repeats can not be negative")
     ends = torch.cumsum(repeats.long(), 0)
@@ -112,6 +188,10 @@ def _upsample_nearest1d_backward(
 def _unfold_backward(
     grad_in: torch.Tensor, input_sizes: list[int], dim: int, size: int, step: int
 ) -> torch.Tensor:
+    arguments = (grad_in, input_sizes, dim, size, step)
+    key = (*shapes(grad_in), tuple(input_sizes), dim, size, step)
+    if not _UNFOLD_BACKWARD.on_device(key, lambda: unfold_backward_cost(*arguments)):
+        return through_the_cpu("aten::unfold_backward", torch.ops.aten.unfold_backward, arguments)
     record("fixed", "aten::unfold_backward")
     if not input_sizes:  # a 0-d tensor's one window of one value
         return grad_in.reshape(())

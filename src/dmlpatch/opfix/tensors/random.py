@@ -19,8 +19,11 @@ from typing import Optional
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel
+from dmlpatch.opfix.cost_terms import TRANSCENDENTAL, elementwise, fallback, resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 _BLOCK = 16
 _HALF = _BLOCK // 2
@@ -74,7 +77,26 @@ def _normal_(
 
 # torch.normal with tensor arguments: torch-directml 0.2.5 registers normal_ but not these, so
 # they run on the CPU (microsoft/DirectML#405). Each is the CPU kernel's own recipe, normal_
-# then a multiply-add, so with the same generator state the values are the CPU's.
+# then a multiply-add, so with the same generator state the values are the CPU's. A tensor std
+# is checked for negative values (a read-back): against the fallback's one read-back of std
+# alone, a small draw is cheaper through the CPU, and the cost model chooses per call
+# (normal.float_Tensor). With a tensor mean the fallback reads back one more: always composed.
+
+
+def normal_float_tensor_cost(
+    mean: float, std: torch.Tensor, *, generator: Optional[torch.Generator] = None
+) -> Costs:
+    """The check of ``std`` (2 kernels, a read-back), the draw and its multiply-add (3): 22
+    bytes an element. The fallback: ``std`` down, the draw up, Box-Muller on the host."""
+    n, size = std.numel(), std.element_size()
+    device = elementwise(5, n, 22, size)._replace(readbacks=1 if n else 0)
+    host = n * (2 * TRANSCENDENTAL + 6.0)
+    return Costs(device, fallback(std, up=n * size, host_flops=host))
+
+
+_NORMAL_FLOAT_TENSOR = Chooser("aten::normal")
+reset = resetting(_NORMAL_FLOAT_TENSOR)
+COSTS: dict[str, CostFunction] = {"aten::normal": normal_float_tensor_cost}
 
 
 def _check_std(std: torch.Tensor) -> None:
@@ -95,6 +117,12 @@ def _normal_tensor_float(
 def _normal_float_tensor(
     mean: float, std: torch.Tensor, *, generator: Optional[torch.Generator] = None
 ) -> torch.Tensor:
+    if not _NORMAL_FLOAT_TENSOR.on_device(
+        shapes(std), lambda: normal_float_tensor_cost(mean, std, generator=generator)
+    ):
+        operator = torch.ops.aten.normal.float_Tensor
+        name = "aten::normal.float_Tensor"
+        return through_the_cpu(name, operator, (mean, std), generator=generator)
     _check_std(std)
     record("fixed", "aten::normal.float_Tensor")
     out = torch.empty_like(std, memory_format=torch.contiguous_format)

@@ -9,16 +9,26 @@ product by float32 rounding only. ``std`` (Demucs normalises every input by it) 
 root of ``var``, as the CPU kernel computes it. ``amin`` (DirectML has ``amax`` but not its
 twin; geometry code takes the smallest coordinate of every box and point set) is ``min`` over
 one dimension at a time, which propagates NaN as ``amin`` does; ``aminmax`` (kornia's range
-checks) is that ``amin`` and DirectML's ``amax``."""
+checks) is that ``amin`` and DirectML's ``amax``.
+
+Each is one to four kernels against the fallback's read-back and copies, except ``cumprod``:
+two kernels per doubling (``2 * ceil(log2(n))``), each over the whole tensor, so a short
+product (a schedule of a thousand steps: 21 kernels) and a very long one on an adapter with
+little bandwidth are cheaper through the CPU; the cost model chooses per call
+(:func:`cumprod_cost`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs, OnDevice
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, into
+from dmlpatch.opfix.cost_terms import fallback, resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 
 def _var_mean(
@@ -150,9 +160,38 @@ def _prefix_product(values: torch.Tensor, dim: int) -> torch.Tensor:
     return result.clone() if result is values else result
 
 
+def cumprod_cost(
+    self: torch.Tensor, dim: int, *, dtype: Optional[torch.dtype] = None, out: torch.Tensor
+) -> Costs:
+    """:func:`_prefix_product`: per doubling of the prefix, a product of shifted halves and a
+    ``cat`` (5 passes over the tensor), then the copy into ``out`` (and a cast first where
+    ``out``'s dtype differs). The fallback: the tensor down and the product up, a multiply
+    per element on the host."""
+    length = self.shape[dim % self.dim()] if self.dim() else 1
+    doublings = math.ceil(math.log2(length)) if length > 1 else 0
+    size = out.element_size()
+    cast = 1 if self.dtype != out.dtype else 0
+    total = self.numel()
+    device = OnDevice(
+        launches=2 * doublings + 1 + cast,
+        bytes=size * total * (5 * doublings + 2 + 2 * cast),
+        flops=float(total * (doublings + 1)),
+    )
+    return Costs(device, fallback(self, up=total * size, host_flops=float(total)))
+
+
+_CUMPROD = Chooser("aten::cumprod")
+reset = resetting(_CUMPROD)
+COSTS: dict[str, CostFunction] = {"aten::cumprod": cumprod_cost}
+
+
 def _cumprod_out(
     self: torch.Tensor, dim: int, *, dtype: Optional[torch.dtype] = None, out: torch.Tensor
 ) -> torch.Tensor:
+    key = (*shapes(self), dim, out.dtype)
+    if not _CUMPROD.on_device(key, lambda: cumprod_cost(self, dim, dtype=dtype, out=out)):
+        operator = torch.ops.aten.cumprod.out
+        return through_the_cpu("aten::cumprod.out", operator, (self, dim), dtype=dtype, out=out)
     record("fixed", "aten::cumprod.out")
     return into(out, _prefix_product(self.to(out.dtype), dim))
 
