@@ -20,6 +20,12 @@ not a fallback: with ``reduction='none'`` DirectML's kernel gives an all-zero gr
 (microsoft/DirectML#739, #740), so a language model trained on a weighted per-token loss never
 learns. The fix writes ``-dy·w[t]`` at each row's target (nothing for ``ignore_index``) with one
 scatter; the other reductions go to DirectML's own kernel.
+
+``logit`` and BCE, forward and backward, are 3 to 14 kernels (BCE's check of its input reads
+one value back) against the fallback's read-back per tensor and its copies; they read and
+write memory several times over (BCE: 94 bytes an element), so where memory is little faster
+than the bus (an integrated GPU) a large call is cheaper through the CPU: the cost model
+chooses per call (:data:`COSTS`).
 """
 
 from __future__ import annotations
@@ -28,8 +34,11 @@ from typing import Optional
 
 import torch
 
+from dmlpatch.costs.choice import Chooser, CostFunction, Costs
 from dmlpatch.opfix._accounting import record
 from dmlpatch.opfix._kernel import Kernel, into
+from dmlpatch.opfix.cost_terms import TRANSCENDENTAL, elementwise, fallback, resetting, shapes
+from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
 #: ``at::Reduction``: none, mean, sum.
 _NONE, _MEAN, _SUM = 0, 1, 2
@@ -37,7 +46,97 @@ _NONE, _MEAN, _SUM = 0, 1, 2
 _BCE_EPSILON = 1e-12
 
 
+# ---- what they cost: kernels and bytes an element counted from the code (float32) ----
+
+
+def logit_cost(
+    self: torch.Tensor, eps: Optional[float] = None, out: Optional[torch.Tensor] = None
+) -> Costs:
+    """``log(z / (1 - z))`` (3 kernels), the clamp to ``eps`` (1, or 6 when its bounds cross),
+    a cast of an integer input, the copy into ``out``."""
+    n = self.numel()
+    clamp = 0 if eps is None else (1 if eps <= 0.5 else 6)
+    extra = clamp + (0 if self.is_floating_point() else 1) + (0 if out is None else 1)
+    device = elementwise(3 + extra, n, 28 + 8 * extra)
+    up = n * (out if out is not None else self).element_size()
+    return Costs(device, fallback(self, up=up, host_flops=n * (TRANSCENDENTAL + 2.0)))
+
+
+def logit_backward_cost(
+    grad_output: torch.Tensor,
+    self: torch.Tensor,
+    eps: Optional[float] = None,
+    grad_input: Optional[torch.Tensor] = None,
+) -> Costs:
+    """``dy / (x (1 - x))`` (3 kernels), the mask of the outside and its fill (5), the copy
+    into ``grad_input``."""
+    n, size = self.numel(), self.element_size()
+    copy = 0 if grad_input is None else 1
+    device = elementwise(8 + copy, n, 54 + 8 * copy, size)
+    return Costs(device, fallback(grad_output, self, up=n * size, host_flops=4.0 * n))
+
+
+def bce_cost(
+    self: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor] = None,
+    reduction: int = _MEAN,
+    out: Optional[torch.Tensor] = None,
+) -> Costs:
+    """The check that every input is a probability (4 kernels, a read-back), both clamped
+    logs (5), the loss (4), the weight, the reduction, the copy into ``out``."""
+    n, size = self.numel(), self.element_size()
+    extra = (weight is not None) + (reduction != _NONE) + (out is not None)
+    device = elementwise(13 + extra, n, 90 + 4 * extra, size)._replace(readbacks=1 if n else 0)
+    up = size * (n if reduction == _NONE else 1)
+    host = n * (2 * TRANSCENDENTAL + 6.0)
+    return Costs(device, fallback(self, target, weight, up=up, host_flops=host))
+
+
+def bce_backward_cost(
+    grad_output: torch.Tensor,
+    self: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor] = None,
+    reduction: int = _MEAN,
+    grad_input: Optional[torch.Tensor] = None,
+) -> Costs:
+    """``dy (x - t) / max((1 - x) x, eps)`` (6 kernels), the weight, the mean, the copy into
+    ``grad_input``."""
+    n, size = self.numel(), self.element_size()
+    extra = (weight is not None) + (reduction == _MEAN) + (grad_input is not None)
+    device = elementwise(6 + extra, n, 68 + 4 * extra, size)
+    moved = fallback(grad_output, self, target, weight, up=n * size, host_flops=6.0 * n)
+    return Costs(device, moved)
+
+
+COSTS: dict[str, CostFunction] = {
+    "aten::logit": logit_cost,
+    "aten::logit_backward": logit_backward_cost,
+    "aten::binary_cross_entropy": bce_cost,
+    "aten::binary_cross_entropy_backward": bce_backward_cost,
+}
+_LOGIT = Chooser("aten::logit")
+_LOGIT_BACKWARD = Chooser("aten::logit_backward")
+_BCE = Chooser("aten::binary_cross_entropy")
+_BCE_BACKWARD = Chooser("aten::binary_cross_entropy_backward")
+reset = resetting(_LOGIT, _LOGIT_BACKWARD, _BCE, _BCE_BACKWARD)
+
+
+def _logit_on_device(
+    self: torch.Tensor, eps: Optional[float], out: Optional[torch.Tensor] = None
+) -> bool:
+    key = (*shapes(self, out), eps is None or eps <= 0.5)
+    return _LOGIT.on_device(key, lambda: logit_cost(self, eps, out))
+
+
 def _logit(self: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:
+    if not _logit_on_device(self, eps):
+        return through_the_cpu("aten::logit", torch.ops.aten.logit, (self, eps))
+    return _composed_logit(self, eps)
+
+
+def _composed_logit(self: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:
     record("fixed", "aten::logit")
     if not self.is_floating_point():  # integers and bools, as the CPU: in the default dtype
         self = self.to(torch.get_default_dtype())
@@ -53,11 +152,25 @@ def _logit(self: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:
 def _logit_out(
     self: torch.Tensor, eps: Optional[float] = None, *, out: torch.Tensor
 ) -> torch.Tensor:
-    return into(out, _logit(self, eps))
+    if not _logit_on_device(self, eps, out):
+        return through_the_cpu("aten::logit.out", torch.ops.aten.logit.out, (self, eps), out=out)
+    return into(out, _composed_logit(self, eps))
 
 
 def _logit_(self: torch.Tensor, eps: Optional[float] = None) -> torch.Tensor:
-    return into(self, _logit(self, eps))
+    return _logit_out(self, eps, out=self)
+
+
+def _logit_backward_on_device(
+    grad_output: torch.Tensor,
+    self: torch.Tensor,
+    eps: Optional[float],
+    grad_input: Optional[torch.Tensor] = None,
+) -> bool:
+    key = (*shapes(grad_output, self, grad_input), eps is None)
+    return _LOGIT_BACKWARD.on_device(
+        key, lambda: logit_backward_cost(grad_output, self, eps, grad_input)
+    )
 
 
 def _logit_gradient(
@@ -75,6 +188,9 @@ def _logit_gradient(
 def _logit_backward(
     grad_output: torch.Tensor, self: torch.Tensor, eps: Optional[float] = None
 ) -> torch.Tensor:
+    if not _logit_backward_on_device(grad_output, self, eps):
+        operator = torch.ops.aten.logit_backward
+        return through_the_cpu("aten::logit_backward", operator, (grad_output, self, eps))
     return _logit_gradient(grad_output, self, eps)
 
 
@@ -85,6 +201,10 @@ def _logit_backward_out(
     *,
     grad_input: torch.Tensor,
 ) -> torch.Tensor:
+    if not _logit_backward_on_device(grad_output, self, eps, grad_input):
+        operator = torch.ops.aten.logit_backward.grad_input
+        name = "aten::logit_backward.grad_input"
+        return through_the_cpu(name, operator, (grad_output, self, eps), grad_input=grad_input)
     return into(grad_input, _logit_gradient(grad_output, self, eps))
 
 
@@ -96,7 +216,31 @@ def _reduce(loss: torch.Tensor, reduction: int) -> torch.Tensor:
     return loss
 
 
+def _bce_on_device(
+    self: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    reduction: int,
+    out: Optional[torch.Tensor] = None,
+) -> bool:
+    key = (*shapes(self, target, weight, out), reduction)
+    return _BCE.on_device(key, lambda: bce_cost(self, target, weight, reduction, out))
+
+
 def _bce(
+    self: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor] = None,
+    reduction: int = _MEAN,
+) -> torch.Tensor:
+    if not _bce_on_device(self, target, weight, reduction):
+        operator = torch.ops.aten.binary_cross_entropy
+        arguments = (self, target, weight, reduction)
+        return through_the_cpu("aten::binary_cross_entropy", operator, arguments)
+    return _composed_bce(self, target, weight, reduction)
+
+
+def _composed_bce(
     self: torch.Tensor,
     target: torch.Tensor,
     weight: Optional[torch.Tensor] = None,
@@ -121,7 +265,11 @@ def _bce_out(
     *,
     out: torch.Tensor,
 ) -> torch.Tensor:
-    return into(out, _bce(self, target, weight, reduction))
+    if not _bce_on_device(self, target, weight, reduction, out):
+        operator = torch.ops.aten.binary_cross_entropy.out
+        arguments = (self, target, weight, reduction)
+        return through_the_cpu("aten::binary_cross_entropy.out", operator, arguments, out=out)
+    return into(out, _composed_bce(self, target, weight, reduction))
 
 
 def _bce_gradient(
@@ -140,6 +288,20 @@ def _bce_gradient(
     return gradient
 
 
+def _bce_backward_on_device(
+    grad_output: torch.Tensor,
+    self: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    reduction: int,
+    grad_input: Optional[torch.Tensor] = None,
+) -> bool:
+    key = (*shapes(grad_output, self, target, weight, grad_input), reduction)
+    return _BCE_BACKWARD.on_device(
+        key, lambda: bce_backward_cost(grad_output, self, target, weight, reduction, grad_input)
+    )
+
+
 def _bce_backward(
     grad_output: torch.Tensor,
     self: torch.Tensor,
@@ -147,6 +309,10 @@ def _bce_backward(
     weight: Optional[torch.Tensor] = None,
     reduction: int = _MEAN,
 ) -> torch.Tensor:
+    if not _bce_backward_on_device(grad_output, self, target, weight, reduction):
+        operator = torch.ops.aten.binary_cross_entropy_backward
+        arguments = (grad_output, self, target, weight, reduction)
+        return through_the_cpu("aten::binary_cross_entropy_backward", operator, arguments)
     return _bce_gradient(grad_output, self, target, weight, reduction)
 
 
@@ -159,6 +325,11 @@ def _bce_backward_out(
     *,
     grad_input: torch.Tensor,
 ) -> torch.Tensor:
+    if not _bce_backward_on_device(grad_output, self, target, weight, reduction, grad_input):
+        operator = torch.ops.aten.binary_cross_entropy_backward.grad_input
+        arguments = (grad_output, self, target, weight, reduction)
+        name = "aten::binary_cross_entropy_backward.grad_input"
+        return through_the_cpu(name, operator, arguments, grad_input=grad_input)
     return into(grad_input, _bce_gradient(grad_output, self, target, weight, reduction))
 
 
