@@ -182,6 +182,13 @@ ops.register(
     }
 )
 
+
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    'DirectML has no complex dtype, so its fallback of these operators fails ("Invalid or '
+    'unsupported data type ComplexFloat", microsoft/DirectML#704): there is no fallback to choose.'
+)
+
 KERNELS = (
     Kernel("_fft_r2c", _r2c_kernel, "fallback"),
     Kernel("_fft_r2c.out", _r2c_out, "fallback"),

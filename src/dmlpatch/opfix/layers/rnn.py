@@ -81,6 +81,12 @@ def _counted_gru_cell(
     return gru_cell(input_gates, hidden_gates, hx, input_bias, hidden_bias)
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "DirectML's fallback finds no CPU kernel for the fused cells (NotImplementedError): there "
+    "is no fallback to choose."
+)
+
 KERNELS = (
     Kernel("_thnn_fused_lstm_cell", _counted_lstm_cell, "missing", "AutogradPrivateUse1"),
     Kernel("_thnn_fused_gru_cell", _counted_gru_cell, "missing", "AutogradPrivateUse1"),

@@ -141,4 +141,11 @@ def _kernels() -> tuple[Kernel, ...]:
     return tuple(found)
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "A foreach call is one per-tensor operator per element of its lists, each a kernel that costs "
+    "less than the fallback's read-back and copies of that element (and those that can cost more, "
+    "such as lerp_, choose for themselves)."
+)
+
 KERNELS = _kernels()

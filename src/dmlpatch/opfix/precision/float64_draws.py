@@ -79,6 +79,12 @@ def _normal(mean: float, std: float, size: Sequence[int], **options: Any) -> tor
     return _factory(draw, "aten::normal.float_float")(size, **options)
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "It keeps float32 draws from standing in for the CPU's float64 numbers (a wrong answer, not a "
+    "fallback): drawing on the host and copying once is what any road to those numbers costs."
+)
+
 KERNELS = (
     Kernel("randn", _factory(_standard_normal, "aten::randn"), "dtype"),
     Kernel("randn.generator", _factory(_standard_normal, "aten::randn.generator"), "dtype"),

@@ -63,6 +63,12 @@ def _overloads() -> list[torch._ops.OpOverload]:
     return found
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "It is DirectML's fallback itself (the same copies, with float16 computed in float32 on the "
+    "host where the CPU has no float16 kernel): there is nothing else to choose."
+)
+
 #: Of two fixes for one operator, the other's kernel wins: this one serves what no other does.
 YIELDS_TO = ("vision.sampling",)
 

@@ -261,6 +261,12 @@ def uninstall_load_hook() -> None:
         _original_rebuild = _original_rebuild_v3 = None
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "It keeps tensors of dtypes DirectML cannot hold from being made as such on the device (a "
+    "failure or a wrong dtype, not a fallback): no road through the CPU makes them either."
+)
+
 KERNELS = (
     Kernel("empty.memory_format", _empty, "dtype"),
     Kernel("full", _full, "dtype"),

@@ -119,6 +119,12 @@ def _sum(
     return _sum_out(self, dim, keepdim, dtype=dtype, out=out)
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "It answers the calls DirectML's own kernel gets wrong (a float times a bool, a uint8 sum) and "
+    "leaves every other call to that kernel: a wrong answer is not a cheaper one."
+)
+
 KERNELS = (
     Kernel("mul.Tensor", _mul, "quirk", quirk="float-times-bool", trigger="bool"),
     Kernel("mul_.Tensor", _mul_, "quirk", quirk="float-times-bool", trigger="bool"),

@@ -25,6 +25,12 @@ def _eye_out(n: int, *, out: torch.Tensor) -> torch.Tensor:
     return _eye_m_out(n, n, out=out)
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "DirectML's fallback of eye loses the out= tensor's resize and returns an empty tensor "
+    "(microsoft/DirectML#431), and the composition is two kernels with no read-back."
+)
+
 KERNELS = (
     Kernel("eye.m_out", _eye_m_out, "fallback"),
     Kernel("eye.out", _eye_out, "fallback"),

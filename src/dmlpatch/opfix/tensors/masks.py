@@ -53,6 +53,12 @@ def _isposinf(self: torch.Tensor) -> torch.Tensor:
     return _compared(self, float("inf"))
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "One comparison kernel reading the tensor once, against the fallback's read-back and its "
+    "copies of the tensor down and the mask up."
+)
+
 KERNELS = (
     Kernel("isneginf.out", _isneginf_out, "fallback"),
     Kernel("isneginf", _isneginf, "fallback"),

@@ -57,4 +57,7 @@ def _repeat(self: torch.Tensor, repeats: Sequence[int]) -> torch.Tensor:
     return repeat_by_steps(self, repeats).contiguous()
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = "DirectML refuses a repeat to more than 4 dimensions: there is no fallback to choose."
+
 KERNELS = (Kernel("repeat", _repeat, "refused"),)

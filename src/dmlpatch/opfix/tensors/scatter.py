@@ -115,6 +115,12 @@ def _inplace(name: str) -> Callable[..., torch.Tensor]:
     return kernel
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "DirectML refuses these scatters (an index smaller than self or src): there is no fallback to "
+    "choose."
+)
+
 KERNELS = tuple(
     Kernel(overload, factory(f"aten::{overload}", "reduce" in overload), "refused")
     if factory is _functional

@@ -46,6 +46,12 @@ def _sparse_on_host(
     )
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "DirectML can hold no sparse tensor, through its fallback or otherwise (the fallback fails): "
+    "the fix keeps the tensor on the host, the one place it can be."
+)
+
 KERNELS = (
     Kernel(
         "_sparse_coo_tensor_with_dims_and_tensors", _sparse_on_host, "missing", "SparsePrivateUse1"

@@ -229,4 +229,10 @@ def _copy(
     return out.copy_(self, non_blocking=non_blocking)
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    "It fixes the copies DirectML gets wrong (zeros between adapters) and the dtypes it cannot "
+    "hold, and every other call is DirectML's own copy: a wrong answer is not a cheaper one."
+)
+
 KERNELS = (Kernel("_to_copy", _to_copy, "dtype", quirk="device-to-device"),)

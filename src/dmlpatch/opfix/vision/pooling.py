@@ -111,6 +111,12 @@ def _avg_pool(rank: int) -> Callable[..., torch.Tensor]:
     return kernel
 
 
+#: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
+NO_CHOICE = (
+    'DirectML refuses divisor_override ("Divisor override isn\'t supported for DirectML."): '
+    "there is no fallback to choose."
+)
+
 KERNELS = (
     Kernel("avg_pool2d", _avg_pool(2), "refused"),
     Kernel("avg_pool3d", _avg_pool(3), "refused"),
