@@ -14,6 +14,7 @@ counters: they are what the fallback would move over PCIe on a real adapter.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import warnings
@@ -25,6 +26,7 @@ from torchvision.ops import nms, roi_align
 
 import dmlpatch.sim as sim
 from dmlpatch import opfix
+from dmlpatch.environment_variables import DMLPATCH_DEVICE_OPS
 
 PROFILE = "torch-directml-0.2.5"
 
@@ -103,6 +105,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--steps", type=int, default=5)
     options = parser.parse_args()
+    # The device's column is the composition's, whatever the cost model would pick per call.
+    os.environ.setdefault(DMLPATCH_DEVICE_OPS, "all")
     sim.load(PROFILE)
     opfix.install("sim", PROFILE)
     dev = torch.device("privateuseone:0")
