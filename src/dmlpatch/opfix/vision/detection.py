@@ -26,6 +26,13 @@ imported, if it is: the dispatcher takes an implementation ahead of the operator
   window sums with indicator matrices), each bin then keeping its own channel.
 - ``deform_conv2d``: each kernel tap read at its offset by four weighted gathers, the columns
   multiplied by the weight group by group; autograd differentiates it all.
+
+Each call takes the composition or DirectML's fallback, whichever the cost model prices lower
+for its shapes (:mod:`~dmlpatch.opfix.vision.detection_costs`): on the shipped adapter profiles
+``nms`` of up to a few thousand boxes (a read-back per round) and ``roi_pool`` (its masked
+maxima move ``PW`` times the regions' maps) go through the CPU, as do small calls of the
+others; a detector's batch of ``roi_align`` and a ``deform_conv2d`` layer stay composed.
+``_roi_pool_backward`` is always composed (13 kernels against three read-backs).
 """
 
 from __future__ import annotations
