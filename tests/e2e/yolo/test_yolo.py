@@ -85,6 +85,10 @@ class Workspace:
             # torch >= 2.6 loads checkpoints weights-only by default; 8.1 predates that and
             # reloads its own best.pt without weights_only=False (not a DirectML matter).
             extra.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+        # What these runs check is that dmlpatch's compositions carry a whole YOLO run on the
+        # device: kept whatever the cost model would send through the CPU for these small
+        # images (bincount, nms); tests/e2e/opfix/test_opfix_fix_costs.py checks the choice.
+        extra.setdefault("DMLPATCH_DEVICE_OPS", "all")
         return yolo_fixtures.offline_env(self.config, self.netlog, pythonpath=paths, **extra)
 
     def yolo_args(self, mode: str, name: str, **overrides: str) -> list[str]:
