@@ -25,7 +25,7 @@ import dmlpatch.sim as sim
 from dmlpatch import environment_variables
 from dmlpatch.costs import active, profiles, simulated
 from dmlpatch.costs.choice import Costs
-from dmlpatch.opfix.layers import embedding, losses, weight_norm
+from dmlpatch.opfix.layers import embedding, losses, normalization, weight_norm
 from dmlpatch.opfix.optimizers import fused
 from dmlpatch.opfix.tensors import (
     common_fallbacks,
@@ -328,6 +328,25 @@ def _weights(shape: tuple[int, ...]) -> dict[str, Case]:
     }
 
 
+def _group_norm(batch: int, channels: int, side: int, mask: list[bool]) -> Case:
+    groups, shape = channels // 2, (batch, channels, side, side)
+    return Case(
+        lambda g, x, m, r, w: aten.native_group_norm_backward(
+            g, x, m, r, w, batch, channels, side * side, groups, mask
+        ),
+        lambda g, x, m, r, w: normalization.cost(
+            g, x, m, r, w, batch, channels, side * side, groups, mask
+        ),
+        lambda: (
+            torch.randn(*shape),
+            torch.randn(*shape),
+            torch.randn(batch, groups),
+            torch.rand(batch, groups) + 0.5,
+            torch.randn(channels),
+        ),
+    )
+
+
 _ADAM = {
     "lr": 1e-3,
     "beta1": 0.9,
@@ -372,6 +391,9 @@ CASES: dict[str, Case] = {
     "unfold_backward hop 4": _unfold_backward(2, 100, 64, 4),
     "unfold_backward hop 3": _unfold_backward(3, 200, 64, 3),
     **{f"embedding_bag {s}": _bags(*s) for s in ((100, 8, 4, 3), (1000, 32, 512, 20))},
+    "group_norm_backward 1x4x4": _group_norm(1, 4, 4, [True, True, True]),
+    "group_norm_backward 2x64x32 input only": _group_norm(2, 64, 32, [True, False, False]),
+    "group_norm_backward 4x128x64": _group_norm(4, 128, 64, [True, True, True]),
     **_weights((16, 16)),
     **_weights((64, 32, 3, 3)),
     **{
@@ -770,6 +792,11 @@ BOTH_WAYS: dict[str, tuple[Callable[..., Any], Callable[[], tuple[Any, ...]], st
         lambda: (torch.randn(6, 4, 3), torch.randn(6, 1, 1)),
         "aten::_weight_norm_interface",
     ),
+    "group_norm backward": (
+        grads(lambda x, w, b: F.group_norm(x, 2, w, b), wrt=3),
+        lambda: (torch.randn(2, 4, 5, 5), torch.randn(4), torch.randn(4)),
+        "aten::native_group_norm_backward",
+    ),
     "_fused_adam_": (_adam_step("_fused_adam_"), _adam_inputs, "aten::_fused_adam_"),
     "_fused_adamw_": (_adam_step("_fused_adamw_"), _adam_inputs, "aten::_fused_adamw_"),
 }
@@ -997,18 +1024,6 @@ CHEAPER: dict[str, tuple[Callable[..., Any], Callable[[], tuple[Any, ...]]]] = {
             torch.zeros(3 * 768),
             torch.randn(768, 768) * 0.02,
             torch.zeros(768),
-        ),
-    ),
-    "layers.normalization": (
-        lambda g, x, m, r, w: aten.native_group_norm_backward(
-            g, x, m, r, w, 4, 256, 64 * 64, 32, [True, True, True]
-        ),
-        lambda: (
-            torch.randn(4, 256, 64, 64),
-            torch.randn(4, 256, 64, 64),
-            torch.randn(4, 32),
-            torch.rand(4, 32) + 0.5,
-            torch.randn(256),
         ),
     ),
     "optimizers.foreach": (
