@@ -22,7 +22,7 @@ from torchvision.ops import (
 )
 
 import dmlpatch.sim as sim
-from dmlpatch.opfix.vision import detection as vision
+from dmlpatch.opfix.vision import detection_costs
 
 # What these tests check is the compositions: the cost model would send some of these small
 # calls through the fallback (test_opfix_fix_costs checks the choice).
@@ -91,9 +91,9 @@ def test_nms_row_blocks_agree(
     dev: torch.device, monkeypatch: pytest.MonkeyPatch, kept: bool
 ) -> None:
     boxes, scores = _boxes(300, 7)
-    monkeypatch.setattr(vision, "_BLOCK", 7)  # many row blocks, one partial
+    monkeypatch.setattr(detection_costs, "BLOCK", 7)  # many row blocks, one partial
     if not kept:  # the overlap matrix computed anew in each round, as for many boxes
-        monkeypatch.setattr(vision, "_WHOLE_MATRIX", 0)
+        monkeypatch.setattr(detection_costs, "WHOLE_MATRIX", 0)
     assert torch.equal(nms(boxes.to(dev), scores.to(dev), 0.4).cpu(), nms(boxes, scores, 0.4))
 
 
@@ -155,7 +155,7 @@ def test_roi_align_without_regions_and_in_chunks(
     features = torch.randn(2, 3, 9, 9)
     empty = roi_align(features.to(dev), torch.zeros(0, 5, device=dev), (2, 2), 1.0, 2, False)
     assert empty.shape == (0, 3, 2, 2)
-    monkeypatch.setattr(vision, "_CHUNK_ELEMENTS", 1)  # one region per chunk
+    monkeypatch.setattr(detection_costs, "CHUNK_ELEMENTS", 1)  # one region per chunk
     expected = roi_align(features, ROIS, (3, 3), 0.3, 0, True)
     assert close(roi_align(features.to(dev), ROIS.to(dev), (3, 3), 0.3, 0, True), expected)
 

@@ -575,14 +575,14 @@ def test_greedy_nms_is_torchvision_nms(
 
 
 def test_greedy_nms_blocks_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dmlpatch.opfix.vision.detection as fixes
+    from dmlpatch.opfix.vision import detection_costs
 
     generator = torch.Generator().manual_seed(0)
     corners = torch.rand(300, 2, generator=generator) * 100
     boxes = torch.cat((corners, corners + torch.rand(300, 2, generator=generator) * 30 + 1), 1)
     scores = torch.rand(300, generator=generator)
     expected = torchvision.ops.nms(boxes, scores, 0.4)
-    monkeypatch.setattr(fixes, "_BLOCK", 7)  # many row blocks, one partial
+    monkeypatch.setattr(detection_costs, "BLOCK", 7)  # many row blocks, one partial
     assert torch.equal(greedy_nms(boxes, scores, 0.4), expected)
 
 

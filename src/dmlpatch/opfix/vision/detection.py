@@ -46,13 +46,6 @@ from dmlpatch.opfix.cost_terms import resetting, shapes
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 from dmlpatch.opfix.vision import detection_costs
 
-#: Rows of the IoU matrix computed at once: bounds memory to _BLOCK * N values.
-_BLOCK = 2048
-#: Up to this many boxes, the overlap matrix (one byte per pair) is kept across rounds.
-_WHOLE_MATRIX = 8192
-#: Elements of the per-chunk intermediate of roi_align (regions x rows x channels x columns).
-_CHUNK_ELEMENTS = 1 << 24
-
 _NMS = Chooser("torchvision::nms")
 _ROI_ALIGN = Chooser("torchvision::roi_align")
 _PS_ROI_ALIGN = Chooser("torchvision::ps_roi_align")
@@ -113,9 +106,11 @@ def greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) 
         iou = inter / (areas[start:stop, None] + areas[None, :] - inter)
         return (iou > threshold) & (positions[None, :] > positions[start:stop, None])
 
-    blocks = [(start, min(start + _BLOCK, count)) for start in range(0, count, _BLOCK)]
+    step = detection_costs.BLOCK
+    blocks = [(start, min(start + step, count)) for start in range(0, count, step)]
     # The overlap matrix is computed once where it fits (count**2 bytes), else per round.
-    kept_matrix = [overlaps(*block) for block in blocks] if count <= _WHOLE_MATRIX else None
+    whole = count <= detection_costs.WHOLE_MATRIX
+    kept_matrix = [overlaps(*block) for block in blocks] if whole else None
     keep = torch.ones(count, dtype=torch.bool, device=boxes.device)
     for _ in range(count):
         suppressed = torch.zeros(count, dtype=torch.bool, device=boxes.device)
@@ -295,7 +290,7 @@ def _separable_products(
     rows, columns = rows[order], columns[order]
     # [N, H, C * W]: an image as the right operand of its regions' row product.
     by_rows = input.permute(0, 2, 1, 3).reshape(batch, height, channels * width)
-    chunk = max(1, _CHUNK_ELEMENTS // max(pooled_height * channels * width, 1))
+    chunk = max(1, detection_costs.CHUNK_ELEMENTS // max(pooled_height * channels * width, 1))
     pieces = []
     first_of_image = 0
     for image, size in enumerate(sizes):
@@ -370,7 +365,7 @@ def roi_pool(
     lowest = torch.tensor(float("-inf"), dtype=input.dtype, device=input.device)
     images = rois[:, 0].long()
     per_region = channels * height * pooled_width * width
-    chunk = max(1, _CHUNK_ELEMENTS // max(per_region, 1))
+    chunk = max(1, detection_costs.CHUNK_ELEMENTS // max(per_region, 1))
     values, places = [], []
     for first in range(0, regions, chunk):
         last = min(first + chunk, regions)

@@ -29,17 +29,15 @@ import torch
 from dmlpatch.costs.choice import Costs, OnDevice
 from dmlpatch.opfix.cost_terms import fallback, nbytes
 
+#: The compositions' limits, which their costs depend on: rows of the IoU matrix computed at
+#: once (memory for ``BLOCK * n`` values), boxes whose overlap matrix (a byte a pair) is kept
+#: across rounds, elements of roi_align's and roi_pool's per-chunk intermediates.
+BLOCK = 2048
+WHOLE_MATRIX = 8192
+CHUNK_ELEMENTS = 1 << 24
 #: Samples a side taken for adaptive sampling, and a region's share of its feature map.
 ADAPTIVE_GRID = 2
 REGION_SHARE = 0.25
-
-
-def _limits() -> tuple[int, int, int]:
-    """The compositions' limits as they stand (a test may lower them): rows of the IoU
-    matrix per block, boxes whose matrix is kept, elements of a chunk of regions."""
-    from dmlpatch.opfix.vision import detection
-
-    return detection._BLOCK, detection._WHOLE_MATRIX, detection._CHUNK_ELEMENTS
 
 
 def nms_rounds(count: int) -> int:
@@ -54,9 +52,8 @@ def nms(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float, rounds: 
     compares with the last (2: not, equal, a read-back); the kept indices (1, a read-back)."""
     count = dets.shape[0]
     rounds = rounds or nms_rounds(count)
-    block, whole_matrix, _ = _limits()
-    blocks = max(1, math.ceil(count / block))
-    kept = count <= whole_matrix
+    blocks = max(1, math.ceil(count / BLOCK))
+    kept = count <= WHOLE_MATRIX
     widened = 1 if dets.dtype in (torch.float16, torch.bfloat16) else 0
     overlap = 15 * blocks
     launches = 6 + widened + 1 + 1 + (overlap if kept else 0)
@@ -79,7 +76,7 @@ def _pieces(input: torch.Tensor, rois: torch.Tensor, pooled_height: int) -> int:
     batch, channels, _, width = input.shape
     regions = rois.shape[0]
     images = min(batch, regions)
-    chunk = max(1, _limits()[2] // max(pooled_height * channels * width, 1))
+    chunk = max(1, CHUNK_ELEMENTS // max(pooled_height * channels * width, 1))
     per_image = math.ceil(regions / max(images, 1))
     return max(1, images * math.ceil(per_image / chunk))
 
@@ -172,7 +169,7 @@ def roi_pool(
     _, channels, height, width = input.shape
     regions = rois.shape[0]
     per_region = channels * height * pooled_width * width
-    chunks = max(1, math.ceil(regions / max(1, _limits()[2] // max(per_region, 1))))
+    chunks = max(1, math.ceil(regions / max(1, CHUNK_ELEMENTS // max(per_region, 1))))
     size = input.element_size()
     masked = regions * per_region  # [K, C, H, PW, W]
     by_rows = regions * channels * pooled_height * height * pooled_width
