@@ -364,11 +364,24 @@ def render(found: dict[str, dict[str, dict[str, set[str]]]]) -> str:
     if not fallbacks:
         lines.append("None.")
     else:
-        lines += ["| operator | models | catalogue entry |", "| --- | --- | --- |"]
+        from dmlpatch.opfix import registry
+
+        # A fix that prices its composition above the fallback for these calls' shapes sends
+        # them through the CPU on purpose (docs/reference/performance.md); the rest are gaps.
+        priced = {operator for fix in registry.fixes() for operator in fix.costs}
+        lines += [
+            "| operator | models | why | catalogue entry |",
+            "| --- | --- | --- | --- |",
+        ]
         for op in sorted(fallbacks):
             known = "/".join(f.key for f in catalogue.for_gap(op, "fallback")) or "—"
             models = ", ".join(sorted(fallbacks[op]))
-            lines.append(f"| `{op}` | {models} | {known} |")
+            why = (
+                "the cost model's choice: its fix is priced above the fallback for these calls"
+                if op.split(".")[0] in priced
+                else "no fix"
+            )
+            lines.append(f"| `{op}` | {models} | {why} | {known} |")
     return "\n".join(lines) + "\n"
 
 
