@@ -235,9 +235,10 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/test_hogwild.py::test_workers_taking_turns_read_each_others_steps",
     ],
     "autocast": [
+        "tests/e2e/opfix/test_opfix_autocast.py::test_pytorch_s_autocast_lists_run_on_the_device_as_on_cuda",
         "tests/e2e/test_cuda_api.py::test_runner_answers_the_cuda_api_on_the_device",
         "tests/e2e/test_cuda_api.py::test_activation_answers_the_cuda_api_on_the_device",
-        "tests/unit/test_cuda_answers.py::test_autocast_for_the_target_is_float32_said_once",
+        "tests/unit/test_cuda_answers.py::test_autocast_without_the_kernels_is_float32_said_once",
     ],
     "float64": [
         "tests/e2e/sim/test_sim_fidelity.py::test_float64_switch",

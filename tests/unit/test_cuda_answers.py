@@ -174,9 +174,12 @@ def test_events_time_only_when_asked(on) -> None:
 # -- AMP ------------------------------------------------------------------------------------------
 
 
+#: Here no operator fixes are installed (the target is a resolution, not a loaded device), so
+#: DirectML's autocast kernels are missing: the run is float32, said once. With the kernels (the
+#: simulated device), autocast runs in float16: tests/e2e/opfix/test_opfix_autocast.py.
 AMP_LINE = (
-    "warning: DirectML has no mixed precision (AMP): the program's autocast and GradScaler are "
-    "off and it runs in float32 on privateuseone:0"
+    "warning: DirectML's autocast kernels are not installed: the program's autocast and "
+    "GradScaler are off and it runs in float32 on privateuseone:0"
 )
 
 
@@ -193,7 +196,7 @@ AMP_LINE = (
         (torch.cuda.amp.autocast, (True, torch.float16), {}),
     ],
 )
-def test_autocast_for_the_target_is_float32_said_once(
+def test_autocast_without_the_kernels_is_float32_said_once(
     on, said: list[str], callee: Any, args: tuple, kwargs: dict
 ) -> None:
     on(accelerator(0))
@@ -249,7 +252,7 @@ def test_cpu_autocast_and_runs_off_directml_are_torch_s(on, said: list[str]) -> 
         (torch.cuda.amp.GradScaler, (), {"enabled": False}, False),
     ],
 )
-def test_grad_scaler_for_the_target_is_the_identity(
+def test_grad_scaler_without_the_kernels_is_the_identity(
     on, said: list[str], callee: Any, args: tuple, kwargs: dict, says: bool
 ) -> None:
     on(accelerator(0))

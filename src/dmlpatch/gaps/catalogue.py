@@ -752,20 +752,21 @@ FAILURES: tuple[Failure, ...] = (
     ),
     Failure(
         key="autocast",
-        what="torch.autocast('cuda'), torch.cuda.amp.autocast, GradScaler",
+        what="torch.autocast('cuda'), torch.cuda.amp.autocast, GradScaler: mixed precision",
         text="",
-        sources="#454, #370, #598",
-        ops=(),
+        sources="#192, #454, #370, #598",
+        ops=("aten::linear", "aten::conv2d", "aten::softmax"),
         simulated="no",
-        simulation="nothing is raised: DirectML runs autocast as a no-op, which the simulated "
-        "device's module mirrors (autocast never enabled; its operators ignore the autocast key)",
-        fix="rewrite",
-        fixed_in="dmlpatch.runtime.amp",
-        remedy="no AMP on DirectML: autocast and GradScaler in the program's targets are off, said "
-        "once, and the run is float32 (dmlpatch.runtime.amp); ultralytics' check_amp likewise. "
-        "Code that casts to float16 itself and counts on autocast to bring an operator back to "
-        "float32 meets mixed dtypes (torchvision's RoI test_autocast: expected m1 and m2 to "
-        "have the same dtype)",
+        simulation="nothing is raised: torch-directml's operators ignore the autocast key, so an "
+        "autocast region changes nothing; the simulated device's do too (its module answers as "
+        "torch-directml's)",
+        fix="kernel",
+        fixed_in="dmlpatch.opfix.precision.autocast",
+        remedy="dmlpatch.opfix.precision.autocast: kernels for the autocast key of the device "
+        "cast as CUDA's autocast does (float16 for matrix products and convolutions, float32 "
+        "for reductions, norms and losses, the widest input where inputs mix); a program's "
+        "'cuda' autocast and GradScaler run on the device (dmlpatch.runtime.amp). bfloat16 "
+        "autocast runs in float32, or float16 with DMLPATCH_BF16=float16, said once",
     ),
     Failure(
         key="float64",

@@ -23,7 +23,8 @@ class Kernel(NamedTuple):
     #: its CPU fallback finds none either (installed where the operator is not native);
     #: ``quirk``: DirectML's kernel answers wrongly for some arguments (installed where the
     #: profile has :attr:`quirk`); ``dtype``: a dtype DirectML cannot hold would come to exist
-    #: (installed where the device lacks one, :mod:`dmlpatch.opfix.dtype_policy`).
+    #: (installed where the device lacks one, :mod:`dmlpatch.opfix.dtype_policy`);
+    #: ``autocast``: DirectML's operators ignore the autocast key (installed everywhere).
     gap: str
     #: The dispatch key it is registered for: ``AutogradPrivateUse1`` for a composition that
     #: autograd differentiates (an operator whose backward DirectML lacks too).
@@ -42,6 +43,12 @@ class Kernel(NamedTuple):
     def op(self) -> str:
         """The operator without overload, as refusal rules name it: ``aten::scatter``."""
         return f"{self.namespace}::" + self.name.split(".", 1)[0]
+
+    @property
+    def casts(self) -> bool:
+        """An autocast kernel: it casts and passes the call on, so it shares its operator with
+        the kernel that computes it (and with ``DMLPATCH_CPU_OPS``)."""
+        return self.key.startswith("Autocast")
 
     @property
     def qualified(self) -> str:

@@ -80,6 +80,8 @@ def needed(kernel: Kernel, gaps: Gaps) -> bool:
         return True
     if kernel.gap == "dtype":
         return bool(gaps.dtypes)
+    if kernel.gap == "autocast":
+        return True  # no DirectML release serves the autocast key
     if kernel.gap == "refused":
         return kernel.op in gaps.refused
     if kernel.gap == "quirk":
@@ -125,6 +127,7 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
         device_module.install()
         forced_names = {op.name() for op in forced_ops}
         fixes: list[str] = []
+        served: set[tuple[str, bool]] = set()
         failed: list[str] = []
         if profile is not None:
             missing = gaps(profile)
@@ -138,7 +141,9 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
                 for kernel in fix.kernels:
                     # A user's DMLPATCH_CPU_OPS entry wins over our fix; of two fixes for one
                     # operator, the one the other yields to (it comes first).
-                    taken = kernel.qualified in forced_names or kernel.qualified in fixes
+                    taken = _slot(kernel) in served or (
+                        kernel.qualified in forced_names and not kernel.casts
+                    )
                     if taken or not _installed_library(kernel.namespace):
                         continue
                     if needed(kernel, missing):
@@ -147,10 +152,12 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
                         else:
                             now.append(kernel)
                         fixes.append(kernel.qualified)
+                        served.add(_slot(kernel))
                 if now and _register(fix.name, now) is None:
                     failed.append(fix.name)
-                    served = {kernel.qualified for kernel in now}
-                    fixes[:] = [name for name in fixes if name not in served]
+                    dropped = {kernel.qualified for kernel in now}
+                    fixes[:] = [name for name in fixes if name not in dropped]
+                    served -= {_slot(kernel) for kernel in now}
                     continue
             _wait_for_triggers(waiting)
         library = torch.library.Library("aten", "IMPL")
@@ -168,6 +175,12 @@ def install(backend: str, profile_or_version: Optional[str]) -> Installed:
             uninstall,
         )
         return _installed
+
+
+def _slot(kernel: Kernel) -> tuple[str, bool]:
+    """What one fix's kernel takes from another's: an operator, the computing or the casting
+    of it."""
+    return kernel.qualified, kernel.casts
 
 
 def _register(name: str, chosen: list[Kernel]) -> Optional[list[torch.library.Library]]:
@@ -348,6 +361,11 @@ def install_for(backend: str) -> Optional[Installed]:
     except RuntimeError as error:
         log.warn_once("opfix", f"operator fixes not installed: {error}")
         return None
+
+
+def fix_installed(name: str) -> bool:
+    """Whether the fix ``name`` (``precision.autocast``) has kernels registered now."""
+    return bool(_libraries.get(name))
 
 
 def installed() -> Optional[Installed]:

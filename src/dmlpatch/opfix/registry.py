@@ -53,6 +53,8 @@ FIXES = frozenset(
         "linalg.products",
         "optimizers.foreach",
         "optimizers.fused",
+        "optimizers.grad_scaling",
+        "precision.autocast",
         "precision.float64_draws",
         "precision.half_on_host",
         "tensors.allocation",
@@ -141,7 +143,8 @@ def conflicts(chosen: list[Fix]) -> list[str]:
     serving: dict[str, list[str]] = {}
     for fix in chosen:
         for kernel in fix.kernels:
-            serving.setdefault(kernel.qualified, []).append(fix.name)
+            slot = f"{kernel.qualified} (autocast)" if kernel.casts else kernel.qualified
+            serving.setdefault(slot, []).append(fix.name)
     by_name = {fix.name: fix for fix in chosen}
     found = []
     for operator, names in sorted(serving.items()):

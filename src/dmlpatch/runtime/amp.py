@@ -1,73 +1,115 @@
-"""``torch.autocast('cuda')`` and ``GradScaler`` in rewritten code, where DirectML has no AMP.
-
-Without a CUDA GPU torch switches CUDA autocast and CUDA's GradScaler off with CUDA's warning;
-``torch.autocast('privateuseone')`` under torch-directml switches nothing on either: its
-operators ignore the autocast key. Either way the run is in float32 while the program believes
-it is in mixed precision. Here the program gets the same float32 run, said once and truly.
+"""``torch.autocast('cuda')`` and ``GradScaler`` in rewritten code: mixed precision on DirectML.
 
 The rewriter passes the callee it replaced (``torch.autocast``, ``torch.amp.autocast``,
 ``torch.cuda.amp.autocast``, ``torch.amp.GradScaler``, ``torch.cuda.amp.GradScaler`` or the
-same names imported), so any other device type, and any run on a CUDA GPU or on the CPU, calls
-it exactly as written.
+same names imported). Where the call would target DirectML (``"cuda"``, ``"privateuseone"``,
+``"dml"``), the program gets the same thing for the DirectML device: an autocast region there,
+whose operators cast as CUDA's do (:mod:`dmlpatch.opfix.precision.autocast`), and a GradScaler
+on the device. Any other device type, and any run on a CUDA GPU or on the CPU, calls the
+callee exactly as written.
+
+Precision: float16, CUDA's default. DirectML has no bfloat16 arithmetic, and float16 in place of
+bfloat16 would need the loss scaling a bfloat16 program does not do, so a bfloat16 region runs
+without autocast (float32), said once, unless ``DMLPATCH_BF16=float16`` asks for float16
+(as it does for bfloat16 tensors). Where the autocast kernels could not be installed, autocast
+and GradScaler are off and the run is float32, said once.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+import os
+from typing import Any, Callable, NamedTuple, Optional
 
 from dmlpatch import log
 from dmlpatch.devices import resolution as _resolution
+from dmlpatch.environment_variables import DMLPATCH_BF16
 from dmlpatch.runtime import on_behalf
+
+#: Device types that name DirectML in an autocast or GradScaler call, beside the backend's own.
+_DIRECTML_NAMES = ("cuda", "dml")
+
+
+class _Autocast(NamedTuple):
+    device_type: Any
+    dtype: Any
+    enabled: bool
+    cache_enabled: Optional[bool]
+
+
+class _Scaler(NamedTuple):
+    device: Any
+    init_scale: float
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int
+    enabled: bool
 
 
 def autocast(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``original(*args, **kwargs)``, or a float32 context where it would target DirectML."""
-    if _cuda_amp(original):
-        device_type: Any = "cuda"
-        enabled = kwargs.get("enabled", args[0] if args else True)
-    else:
-        device_type = kwargs.get("device_type", args[0] if args else None)
-        enabled = kwargs.get("enabled", args[2] if len(args) > 2 else True)
-    target = _directml_target(device_type)
+    """``original(*args, **kwargs)``, or the same region on the DirectML device."""
+    options = _autocast_options(original, args, kwargs)
+    target = _directml_target(options.device_type)
     if target is None:
         return on_behalf.call(original, args, kwargs, depth=3)  # past sites.py
-    if enabled:
-        _say(target)
-    return _Float32()
+    import torch
+
+    if not _kernels_installed():
+        if options.enabled:
+            _say_float32(target)
+        return _Float32()
+    dtype = _dtype_on_directml(options.dtype, options.enabled)
+    if dtype is None:
+        return torch.autocast(target.type, enabled=False)
+    if options.enabled:
+        log.say_once(
+            "amp",
+            f"mixed precision: autocast computes in float16 on {target.device} with CUDA's "
+            "operator lists",
+        )
+    return torch.autocast(
+        target.type, dtype=dtype, enabled=options.enabled, cache_enabled=options.cache_enabled
+    )
 
 
 def grad_scaler(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``original(*args, **kwargs)``, or a disabled scaler where it would target DirectML.
-
-    A disabled GradScaler is the identity: ``scale`` returns the loss, ``step`` steps, and
-    ``update`` does nothing, so the program's AMP training loop runs unchanged in float32.
-    """
-    if _cuda_amp(original):
-        device_type: Any = "cuda"
-        enabled = kwargs.get("enabled", args[4] if len(args) > 4 else True)
-    else:
-        device_type = kwargs.get("device", args[0] if args else "cuda")
-        enabled = kwargs.get("enabled", args[5] if len(args) > 5 else True)
-    target = _directml_target(device_type)
+    """``original(*args, **kwargs)``, or the same GradScaler for the DirectML device."""
+    options = _scaler_options(original, args, kwargs)
+    target = _directml_target(options.device)
     if target is None:
         return on_behalf.call(original, args, kwargs, depth=3)  # past sites.py
-    if enabled:
-        _say(target)
     import torch
 
-    return torch.amp.GradScaler("cuda", enabled=False)
+    if not _kernels_installed():
+        # A disabled GradScaler is the identity: the AMP loop runs unchanged in float32.
+        if options.enabled:
+            _say_float32(target)
+        return torch.amp.GradScaler("cuda", enabled=False)
+    return torch.amp.GradScaler(
+        target.type,
+        init_scale=options.init_scale,
+        growth_factor=options.growth_factor,
+        backoff_factor=options.backoff_factor,
+        growth_interval=options.growth_interval,
+        enabled=options.enabled,
+    )
 
 
 def say_off() -> None:
-    """The line a program's autocast gets where DirectML makes it float32 (said once)."""
-    _say(_resolution.current())
+    """The line a program's mixed precision gets where DirectML runs it in float32 (once)."""
+    _say_float32(_resolution.current())
 
 
 def off_on_directml(device_type: Any) -> bool:
-    """Whether autocast for ``device_type`` is off here because it would target DirectML (the
-    run is float32): for libraries that prepare their inputs for autocast themselves."""
-    return _directml_target(device_type) is not None
+    """Whether autocast for ``device_type`` is off here because it would target DirectML and
+    the autocast kernels are not installed (the run is float32): for libraries that prepare
+    their inputs for autocast themselves."""
+    return _directml_target(device_type) is not None and not _kernels_installed()
+
+
+def on_directml(device_type: Any) -> bool:
+    """Whether autocast for ``device_type`` runs on DirectML, with its kernels installed."""
+    return _directml_target(device_type) is not None and _kernels_installed()
 
 
 class _Float32:
@@ -88,9 +130,90 @@ class _Float32:
         return float32
 
 
+def _argument(args: Any, kwargs: Any, name: str, position: int, default: Any) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[position] if len(args) > position else default
+
+
 def _cuda_amp(original: Any) -> bool:
     """``torch.cuda.amp.autocast`` / ``GradScaler``: CUDA by name, with positional options."""
     return str(getattr(original, "__module__", "")).startswith("torch.cuda.amp")
+
+
+def _autocast_options(original: Any, args: Any, kwargs: Any) -> _Autocast:
+    if _cuda_amp(original):  # (enabled=True, dtype=torch.float16, cache_enabled=True)
+        return _Autocast(
+            "cuda",
+            _argument(args, kwargs, "dtype", 1, None),
+            bool(_argument(args, kwargs, "enabled", 0, True)),
+            _argument(args, kwargs, "cache_enabled", 2, None),
+        )
+    # (device_type, dtype=None, enabled=True, cache_enabled=None)
+    return _Autocast(
+        _argument(args, kwargs, "device_type", 0, None),
+        _argument(args, kwargs, "dtype", 1, None),
+        bool(_argument(args, kwargs, "enabled", 2, True)),
+        _argument(args, kwargs, "cache_enabled", 3, None),
+    )
+
+
+def _scaler_options(original: Any, args: Any, kwargs: Any) -> _Scaler:
+    # torch.cuda.amp.GradScaler has no device argument; torch.amp.GradScaler's comes first.
+    offset, device = (0, "cuda") if _cuda_amp(original) else (1, None)
+    if device is None:
+        device = _argument(args, kwargs, "device", 0, "cuda")
+    return _Scaler(
+        device,
+        _argument(args, kwargs, "init_scale", offset, 2.0**16),
+        _argument(args, kwargs, "growth_factor", offset + 1, 2.0),
+        _argument(args, kwargs, "backoff_factor", offset + 2, 0.5),
+        _argument(args, kwargs, "growth_interval", offset + 3, 2000),
+        bool(_argument(args, kwargs, "enabled", offset + 4, True)),
+    )
+
+
+def _dtype_on_directml(asked: Any, enabled: bool) -> Any:
+    """The autocast dtype a region asking for ``asked`` gets on DirectML: float16, or None for
+    a region without autocast (bfloat16 by default, and dtypes DirectML's autocast lacks)."""
+    import torch
+
+    if asked is None:
+        asked = torch.get_autocast_dtype("cuda")  # CUDA's default for the region, float16
+    if asked is torch.float16:
+        return asked
+    if asked is torch.bfloat16:
+        from dmlpatch.gaps.bf16_setting import parse_bf16
+
+        if parse_bf16(os.environ.get(DMLPATCH_BF16)) == "float16":
+            if enabled:
+                log.say_once(
+                    "amp:bf16",
+                    "bfloat16 autocast computes in float16 on DirectML "
+                    f"({DMLPATCH_BF16}=float16): float16's range, and no loss scaling unless "
+                    "the program uses a GradScaler",
+                )
+            return torch.float16
+        if enabled:
+            log.say_once(
+                "amp:bf16",
+                "DirectML has no bfloat16 arithmetic: the program's bfloat16 autocast runs in "
+                f"float32 ({DMLPATCH_BF16}=float16 runs it in float16)",
+            )
+        return None
+    if enabled and asked is not torch.float32:
+        log.warn_once(
+            f"amp:{asked}",
+            f"autocast to {asked}: DirectML's autocast computes in float16 only; the region "
+            "runs without autocast",
+        )
+    return None
+
+
+def _kernels_installed() -> bool:
+    from dmlpatch.opfix import installer
+
+    return installer.fix_installed("precision.autocast")
 
 
 def _directml_target(device_type: Any) -> Optional[_resolution.Resolution]:
@@ -99,14 +222,14 @@ def _directml_target(device_type: Any) -> Optional[_resolution.Resolution]:
         return None
     # A rewritten program's device string carries an index ('privateuseone:0').
     kind = str(getattr(device_type, "type", device_type)).split(":")[0]
-    if kind in ("cuda", resolution.type):
+    if kind in _DIRECTML_NAMES or kind == resolution.type:
         return resolution
     return None
 
 
-def _say(target: _resolution.Resolution) -> None:
+def _say_float32(target: _resolution.Resolution) -> None:
     log.warn_once(
         "amp",
-        "DirectML has no mixed precision (AMP): the program's autocast and GradScaler are off "
-        f"and it runs in float32 on {target.device}",
+        "DirectML's autocast kernels are not installed: the program's autocast and GradScaler "
+        f"are off and it runs in float32 on {target.device}",
     )
