@@ -31,10 +31,13 @@ __all__ = [
     "has_float64",
     "is_loaded",
     "load",
+    "max_memory_allocated",
+    "memory_allocated",
     "precheck",
     "profile",
     "profiles",
     "reset_counters",
+    "reset_peak_memory",
 ]
 
 
@@ -134,6 +137,33 @@ def reset_counters() -> None:
     from dmlpatch.sim import counting as _counters
 
     _counters.reset()
+
+
+def _memory(index: int) -> list[int]:
+    import torch
+
+    device(index)  # the same refusal as for an adapter that does not exist
+    return list(torch.ops.dmlpatch_sim.memory(index))
+
+
+def memory_allocated(index: int = 0) -> int:
+    """Bytes adapter ``index``'s allocator holds now: its live storages' sizes (a CPU
+    fallback's results included, which DirectML copies into allocations of its own)."""
+    return _memory(index)[0]
+
+
+def max_memory_allocated(index: int = 0) -> int:
+    """The most bytes adapter ``index``'s allocator held at once since
+    :func:`reset_peak_memory` (else since :func:`load`), whenever that was."""
+    return _memory(index)[1]
+
+
+def reset_peak_memory(index: int = 0) -> None:
+    """Start adapter ``index``'s peak again from what it holds now (counters keep theirs)."""
+    import torch
+
+    device(index)
+    torch.ops.dmlpatch_sim.reset_peak_memory(index)
 
 
 def buildable() -> tuple[bool, str]:

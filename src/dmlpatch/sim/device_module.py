@@ -15,6 +15,8 @@ import torch
 
 from dmlpatch.sim import _state
 
+_MB = 2**20
+
 
 class SimModule:
     """Same attributes and answers as torch_directml's ``PrivateUse1Module``."""
@@ -64,8 +66,19 @@ class SimModule:
 
     @staticmethod
     def gpu_memory(device_id: int = 0, mb_per_tile: int = 1) -> list[float]:
-        # DirectML reports per-tile usage of the adapter's memory; the simulator uses none.
-        return [0.0]
+        """What the adapter's allocator holds, as torch-directml reports it: MB in use per tile
+        of ``mb_per_tile`` MB (full tiles, then the part of the last), so that their sum is the
+        MB held; ``[0.0]`` when nothing is."""
+        if _state.CURRENT is None:
+            return [0.0]
+        if mb_per_tile <= 0:
+            raise ValueError(f"mb_per_tile must be positive, got {mb_per_tile}")
+        held = torch.ops.dmlpatch_sim.memory(device_id)[0]
+        full, rest = divmod(held, mb_per_tile * _MB)
+        tiles = [float(mb_per_tile)] * full
+        if rest or not tiles:
+            tiles.append(rest / _MB)
+        return tiles
 
     @staticmethod
     def is_autocast_enabled() -> bool:

@@ -53,8 +53,9 @@ at::Tensor adopt_cpu(const at::Tensor& r, c10::DeviceIndex index) {
               "the simulated DirectML device holds only strided tensors, got ", r.layout());
   c10::StorageImpl* impl = r.storage().unsafeGetStorageImpl();
   c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), impl->nbytes(), borrow(impl, c10::Device(kSim, index)),
-      allocator(), /*resizable=*/true));
+      c10::StorageImpl::use_byte_size_t(), impl->nbytes(),
+      held_by_device(borrow(impl, c10::Device(kSim, index)), impl->nbytes(), index), allocator(),
+      /*resizable=*/true));
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), r.dtype());
   copy_geometry(r, t);
@@ -81,9 +82,8 @@ void sync_back(const at::Tensor& dev, const at::Tensor& cpu) {
   if (cs->data() != ds->data()) {
     // The CPU kernel reallocated its output: the device storage takes over the new memory.
     c10::DataPtr moved = cs->set_data_ptr(c10::DataPtr());
-    moved.unsafe_set_device(ds->device());
     const size_t nbytes = cs->nbytes();
-    ds->set_data_ptr_noswap(std::move(moved));
+    ds->set_data_ptr_noswap(held_by_device(std::move(moved), nbytes, ds->device().index()));
     ds->set_nbytes(nbytes);
     // Leave the alias pointing at the same memory so later reads through it stay valid.
     cs->set_data_ptr_noswap(borrow(ds, c10::Device(c10::kCPU)));

@@ -92,6 +92,22 @@ void refuse_inference_mode(const std::string& message) {
   config().inference_mode_refusal = message;
 }
 
+// [held, peak]: what adapter `device`'s allocator holds and the most it held since the last
+// reset_peak_memory, in bytes (dmlpatch.sim.memory_allocated, the device module's gpu_memory).
+c10::DeviceIndex adapter_index(int64_t device) {
+  // Out of c10::DeviceIndex's range, an index would wrap onto an adapter that exists.
+  const int64_t checked = device < 0 || device > INT8_MAX ? -1 : device;
+  check_index(static_cast<c10::DeviceIndex>(checked));
+  return static_cast<c10::DeviceIndex>(checked);
+}
+
+std::vector<int64_t> memory_op(int64_t device) {
+  const c10::DeviceIndex index = adapter_index(device);
+  return {memory_held(index), memory_peak(index)};
+}
+
+void reset_peak_memory_op(int64_t device) { reset_memory_peak(adapter_index(device)); }
+
 int64_t set_classes_op(int64_t default_class, const std::string& native,
                        const std::string& host_ok) {
   set_classes(default_class, native, host_ok);
@@ -140,6 +156,8 @@ TORCH_LIBRARY(dmlpatch_sim, m) {
   m.def("set_cost_models(str models) -> ()", &set_cost_models);
   m.def("costs() -> str", &cost_text);
   m.def("reset_counters() -> ()", &reset_counters);
+  m.def("memory(int device) -> int[]", &memory_op);
+  m.def("reset_peak_memory(int device) -> ()", &reset_peak_memory_op);
   m.def("_notify(Tensor anchor, str name, bool warn, str trace) -> ()");
 }
 

@@ -2,6 +2,7 @@
 #include "sim.h"
 
 #include <cstring>
+#include <new>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -19,13 +20,71 @@ namespace {
 std::atomic<c10::DeviceIndex> g_device_count{1};
 thread_local c10::DeviceIndex t_current = 0;
 
-void free_sim(void* ptr) { c10::free_cpu(ptr); }
+// What each adapter's allocator holds: the bytes of its live storages, as torch-directml's
+// allocator holds them, and the most it held at once since the peak was last reset. Atomics,
+// not a lock: autograd's device threads allocate and free too, and an allocation must cost no
+// more than an addition.
+struct AdapterMemory {
+  std::atomic<int64_t> held{0};
+  std::atomic<int64_t> peak{0};
+};
+// c10::DeviceIndex is 8 bits wide: one slot for every index an adapter can have.
+AdapterMemory g_memory[128];
+
+AdapterMemory& memory_of(c10::DeviceIndex index) { return g_memory[index < 0 ? 0 : index]; }
+
+void hold_bytes(c10::DeviceIndex index, int64_t nbytes) {
+  AdapterMemory& memory = memory_of(index);
+  const int64_t now = memory.held.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  int64_t peak = memory.peak.load(std::memory_order_relaxed);
+  while (now > peak &&
+         !memory.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void release_bytes(c10::DeviceIndex index, int64_t nbytes) {
+  memory_of(index).held.fetch_sub(nbytes, std::memory_order_relaxed);
+}
+
+// Each allocation carries its size and adapter just before the memory it hands out, so that
+// freeing it, given only that pointer (as raw_deleter's callers give it), releases what it
+// held. 64 bytes keep the memory as aligned as c10::alloc_cpu's own.
+struct alignas(64) AllocationHeader {
+  int64_t nbytes;
+  c10::DeviceIndex index;
+};
+static_assert(sizeof(AllocationHeader) == 64, "the header must keep the memory 64-byte aligned");
+
+void free_sim(void* ptr) {
+  AllocationHeader* header = static_cast<AllocationHeader*>(ptr) - 1;
+  release_bytes(header->index, header->nbytes);
+  c10::free_cpu(header);
+}
+
+// Memory the device takes over from a CPU kernel's result (adopt_cpu, sync_back): DirectML
+// copies such a result into an allocation of its own, so the device holds it like one.
+struct AdoptedMemory {
+  c10::DataPtr memory;
+  int64_t nbytes;
+  c10::DeviceIndex index;
+};
+
+void free_adopted(void* ctx) {
+  auto* adopted = static_cast<AdoptedMemory*>(ctx);
+  release_bytes(adopted->index, adopted->nbytes);
+  delete adopted;
+}
 
 struct SimAllocator final : c10::Allocator {
   // `allocate` lost its const qualifier in torch 2.3; torch-directml pins 2.4.
   c10::DataPtr allocate(size_t nbytes) override {
-    void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
-    return {data, data, &free_sim, c10::Device(kSim, t_current)};
+    const c10::DeviceIndex index = t_current;
+    if (nbytes == 0) return {nullptr, nullptr, &free_sim, c10::Device(kSim, index)};
+    void* base = c10::alloc_cpu(nbytes + sizeof(AllocationHeader));
+    auto* header = new (base) AllocationHeader{static_cast<int64_t>(nbytes), index};
+    hold_bytes(index, static_cast<int64_t>(nbytes));
+    void* data = header + 1;
+    return {data, data, &free_sim, c10::Device(kSim, index)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_sim; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
@@ -130,6 +189,29 @@ void check_index(c10::DeviceIndex index) {
               static_cast<int>(g_device_count.load()), ").");
 }
 c10::Allocator* allocator() { return &g_allocator; }
+
+c10::DataPtr held_by_device(c10::DataPtr memory, size_t nbytes, c10::DeviceIndex index) {
+  void* data = memory.get();
+  hold_bytes(index, static_cast<int64_t>(nbytes));
+  auto* adopted = new AdoptedMemory{std::move(memory), static_cast<int64_t>(nbytes), index};
+  return {data, adopted, &free_adopted, c10::Device(kSim, index)};
+}
+
+int64_t memory_held(c10::DeviceIndex index) {
+  check_index(index);
+  return memory_of(index).held.load(std::memory_order_relaxed);
+}
+
+int64_t memory_peak(c10::DeviceIndex index) {
+  check_index(index);
+  return memory_of(index).peak.load(std::memory_order_relaxed);
+}
+
+void reset_memory_peak(c10::DeviceIndex index) {
+  check_index(index);
+  AdapterMemory& memory = memory_of(index);
+  memory.peak.store(memory.held.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
   TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");

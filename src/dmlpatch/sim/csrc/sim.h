@@ -27,6 +27,14 @@ c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 void check_index(c10::DeviceIndex index);
 c10::Allocator* allocator();
+// `memory` (not from allocator(): a CPU kernel's result) as held by adapter `index`'s
+// allocator for as long as it lives, as DirectML holds its copy of such a result.
+c10::DataPtr held_by_device(c10::DataPtr memory, size_t nbytes, c10::DeviceIndex index);
+// What adapter `index`'s allocator holds now, the most it held since the last reset of its
+// peak, in bytes; the reset (the peak becomes what it holds now).
+int64_t memory_held(c10::DeviceIndex index);
+int64_t memory_peak(c10::DeviceIndex index);
+void reset_memory_peak(c10::DeviceIndex index);
 // Grows (or shrinks) a simulated storage in place, keeping its contents; `sim` storages are
 // resizable like CUDA's.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
