@@ -47,6 +47,12 @@ def venv() -> Iterator[tuple[str, Path]]:
     yield from linked_venv()
 
 
+#: What the device holds when ``describe`` asks (the peak was reset just before): the model's
+#: parameters (Linear(3, 8) and Linear(8, 1): 41 floats) and the timed output (4 floats), with
+#: what its graph saves for backward: the input (12 floats) and tanh's output (32 floats).
+HELD = (41 + 4 + 12 + 32) * 4
+
+
 def _on_device_equal_to_cpu(got: dict, expected: dict) -> None:
     assert expected["describe"] == {"device": "cpu"}
     assert got["describe"] == {
@@ -54,9 +60,9 @@ def _on_device_equal_to_cpu(got: dict, expected: dict) -> None:
         "memory_mib": 8192.0,
         "capability": [0, 0],
         "bf16": False,
-        "allocated": 0,
-        "peak": 0,
-        "free_total": [8 * 2**30, 8 * 2**30],
+        "allocated": HELD,
+        "peak": HELD,
+        "free_total": [8 * 2**30 - HELD, 8 * 2**30],
     }
     for row, expected_row in zip(got["timed"], expected["timed"]):
         assert row == pytest.approx(expected_row, rel=1e-5, abs=1e-6)
@@ -111,3 +117,51 @@ def test_without_dmlpatch_the_cuda_branches_fail_on_directml(project: Path) -> N
     # releases torch.AcceleratorError, with the same text).
     assert "in timed\n    side = torch.cuda.Stream()" in result.err
     assert "CUDA error: CUDA driver version is insufficient for CUDA runtime version" in result.err
+
+
+TRAIN_STEP = """
+import json
+
+import torch
+from torch import nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)).to(device)
+optimizer = torch.optim.Adam(model.parameters())
+torch.cuda.reset_peak_memory_stats()
+start = torch.cuda.memory_allocated()
+
+
+def train_step() -> None:
+    x = torch.randn(512, 256, device=device)
+    model(x).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+train_step()
+figures = {
+    "start": start,
+    "end": torch.cuda.memory_allocated(),
+    "peak": torch.cuda.max_memory_allocated(),
+    "stats_peak": torch.cuda.memory_stats()["allocated_bytes.all.peak"],
+}
+torch.cuda.reset_peak_memory_stats()
+figures["after_reset"] = torch.cuda.max_memory_allocated()
+print(json.dumps(figures))
+"""
+
+
+def test_the_peak_after_a_training_step_is_the_step_s_true_one(tmp_path: Path) -> None:
+    """The program asks only once the step is over; the peak is still what the step held."""
+    (tmp_path / "train.py").write_text(TRAIN_STEP)
+    result = run_python(["-m", "dmlpatch", "--device", "sim", "train.py"], cwd=tmp_path)
+    assert result.code == 0, result.err
+    figures = json.loads(result.out)
+    parameters = (256 * 1024 + 1024 + 1024 * 256 + 256) * 4
+    assert figures["start"] == parameters
+    assert figures["end"] == 3 * parameters  # with Adam's two moments; gradients set to None
+    # At the optimizer step: parameters, gradients, both moments, and the step's input.
+    assert figures["peak"] >= 4 * parameters + 512 * 256 * 4
+    assert figures["stats_peak"] == figures["peak"]
+    assert figures["after_reset"] == figures["end"]

@@ -1,8 +1,11 @@
 """``torch.cuda``'s memory figures for a DirectML adapter.
 
-What torch-directml's allocator reports holding (``gpu_memory``); peaks are the highest value
-read since the last reset, as DirectML keeps none itself; ``mem_get_info`` is free and total
-memory where the adapter's size is known (Windows), else CUDA's error.
+What the adapter's allocator holds now and its peak since the last reset
+(:mod:`dmlpatch.runtime.memory_peaks`: the allocator's own on the simulated device; on DirectML
+what torch-directml's ``gpu_memory`` reports, the peak being the highest it reported at each
+memory query and optimizer step); ``mem_get_info`` is free and total memory where the adapter's
+size is known (Windows), else CUDA's error. No cache is counted apart from what the allocator
+holds, so "reserved" is "allocated".
 """
 
 from __future__ import annotations
@@ -15,18 +18,11 @@ from dmlpatch.runtime.cuda_target import adapter as _adapter
 from dmlpatch.runtime.cuda_target import target as _target
 from dmlpatch.runtime.cuda_target import torch_cuda as _cuda
 
-#: The highest allocator figure read per adapter since the last reset.
-_peaks: dict[int, int] = {}
-
 
 def _in_use(device: Any) -> int:
-    from dmlpatch.devices import adapters
+    from dmlpatch.runtime import memory_peaks
 
-    target = _resolution.current()
-    index = _adapter(device)
-    used = adapters.memory_in_use(target.backend, index)
-    _peaks[index] = max(_peaks.get(index, 0), used)
-    return used
+    return memory_peaks.in_use(_resolution.current().backend, _adapter(device))
 
 
 def _memory_function(name: str, answer: Callable[[Any], Any]) -> Callable[..., Any]:
@@ -41,13 +37,15 @@ def _memory_function(name: str, answer: Callable[[Any], Any]) -> Callable[..., A
 
 
 def _peak(device: Any) -> int:
-    _in_use(device)
-    return _peaks[_adapter(device)]
+    from dmlpatch.runtime import memory_peaks
+
+    return memory_peaks.peak(_resolution.current().backend, _adapter(device))
 
 
 def _reset_peak(device: Any) -> None:
-    _peaks.pop(_adapter(device), None)
-    _in_use(device)
+    from dmlpatch.runtime import memory_peaks
+
+    memory_peaks.reset_peak(_resolution.current().backend, _adapter(device))
 
 
 def _stats(device: Any) -> dict[str, int]:
@@ -64,7 +62,7 @@ def _summary(device: Any = None, abbreviated: bool = False) -> str:
     name = _resolution.current().adapter_name(_adapter(device))
     return (
         f"DirectML memory of {name}: {current / 2**20:.1f} MiB in use, "
-        f"{peak / 2**20:.1f} MiB peak (torch-directml's allocator; no per-pool statistics)"
+        f"{peak / 2**20:.1f} MiB peak (the adapter's allocator; no per-pool statistics)"
     )
 
 

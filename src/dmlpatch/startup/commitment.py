@@ -14,11 +14,19 @@ if TYPE_CHECKING:
 
 
 def install_op_fixes(chosen: Resolution) -> None:
-    """The operator fixes of a DirectML backend (real or simulated); nothing for the others."""
+    """The operator fixes of a DirectML backend (real or simulated); nothing for the others.
+
+    On real DirectML also the reading of its allocator at each optimizer step, which is what
+    torch.cuda's peak memory can see there (:mod:`dmlpatch.runtime.memory_peaks`; the simulated
+    allocator counts its own)."""
     if chosen.backend in ("sim", "directml"):
         from dmlpatch import opfix  # imports torch: only once the process commits to DirectML
 
         opfix.install_for(chosen.backend)
+    if chosen.backend == "directml":
+        from dmlpatch.runtime import memory_peaks
+
+        memory_peaks.sample_at_steps(chosen.backend, chosen.indices)
 
 
 def register() -> None:
