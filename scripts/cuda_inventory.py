@@ -34,6 +34,17 @@ written on DirectML (not `torch.cuda` names, nothing to answer): the `torch.back
 `torch.nn.attention.sdpa_kernel` contexts (DirectML runs attention's math path whatever they
 enable).
 
+The memory figures: `memory_allocated` is what the adapter's allocator holds now (and so are
+`memory_reserved` and `memory_cached`: no cache is counted apart); `max_memory_allocated` is the
+most it held since `reset_peak_memory_stats` (or since the program started). On the simulated
+device both are the allocator's own, counted at every allocation and free: the live storages'
+bytes, exact, and the true peak whenever it happened. On DirectML, torch-directml reports only
+what its allocator holds (`gpu_memory`) and keeps no peak, so the peak is the highest of that
+figure read at the moments dmlpatch passes: each of the program's memory queries, and the end of
+each optimizer step (one reading a step, none per operator). Memory held only between two such
+moments, such as a forward pass's activations freed during the backward pass, is not seen: there
+the peak is a lower bound of the true one.
+
 Made by `scripts/cuda_inventory.py` from the running torches; `tests/unit/test_cuda_inventory.py`
 checks it against the running torch.
 

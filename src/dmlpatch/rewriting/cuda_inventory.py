@@ -28,7 +28,16 @@ ANSWERED = "answered"
 ERROR = "error"
 CUDA_MEANING = "CUDA's meaning"
 
-_MEMORY = "what torch-directml's allocator reports holding (peaks: the highest read since reset)"
+_HELD = "bytes the adapter's allocator holds now (DirectML: what its gpu_memory reports)"
+_PEAK = (
+    "the most held since the last reset (DirectML: the highest gpu_memory read at each memory "
+    "query and optimizer step)"
+)
+_RESET = "the peak starts again from what is held now"
+_STATS = (
+    "allocated, reserved and active bytes: held now and the peak, as memory_allocated and "
+    "max_memory_allocated"
+)
 _RNG = "on the device's generator (DirectML draws from the CPU's default generator)"
 _LEGACY = "built on (or, with x.type(T), moved to) the device; isinstance checks dtype and device"
 
@@ -63,19 +72,19 @@ HOW: dict[str, str] = {
     "CUDAGraph": "RuntimeError: CUDA graphs have no DirectML counterpart",
     "graph": "RuntimeError: CUDA graphs have no DirectML counterpart",
     "graph_pool_handle": "RuntimeError: CUDA graphs have no DirectML counterpart",
-    "memory_allocated": _MEMORY,
-    "max_memory_allocated": _MEMORY,
-    "memory_reserved": _MEMORY,
-    "max_memory_reserved": _MEMORY,
-    "memory_cached": _MEMORY,
-    "max_memory_cached": _MEMORY,
-    "reset_peak_memory_stats": _MEMORY,
-    "reset_max_memory_allocated": _MEMORY,
-    "reset_max_memory_cached": _MEMORY,
-    "reset_accumulated_memory_stats": _MEMORY,
-    "memory_stats": _MEMORY,
-    "memory_stats_as_nested_dict": _MEMORY,
-    "memory_summary": _MEMORY,
+    "memory_allocated": _HELD,
+    "max_memory_allocated": _PEAK,
+    "memory_reserved": _HELD + ", the same figure: no cache is counted apart",
+    "max_memory_reserved": _PEAK,
+    "memory_cached": _HELD + ", the same figure: no cache is counted apart",
+    "max_memory_cached": _PEAK,
+    "reset_peak_memory_stats": _RESET,
+    "reset_max_memory_allocated": _RESET,
+    "reset_max_memory_cached": _RESET,
+    "reset_accumulated_memory_stats": _RESET,
+    "memory_stats": _STATS,
+    "memory_stats_as_nested_dict": _STATS,
+    "memory_summary": "one line: the bytes held now and the peak",
     "memory_snapshot": "[]: the allocator lists no segments",
     "mem_get_info": "free and total memory where Windows records the size",
     "set_per_process_memory_fraction": "no cap (said once)",
