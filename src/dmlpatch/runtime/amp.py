@@ -67,6 +67,10 @@ def autocast(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             f"mixed precision: autocast computes in float16 on {target.device} with CUDA's "
             "operator lists",
         )
+    if _spelled_cuda(options.device_type):
+        return _cuda_spelled_class()(
+            target.type, dtype=dtype, enabled=options.enabled, cache_enabled=options.cache_enabled
+        )
     return torch.autocast(
         target.type, dtype=dtype, enabled=options.enabled, cache_enabled=options.cache_enabled
     )
@@ -128,6 +132,44 @@ class _Float32:
                 return function(*args, **kwargs)
 
         return float32
+
+
+_cuda_spelled: Any = None
+
+
+def _cuda_spelled_class() -> Any:
+    """``torch.autocast`` on the DirectML device for a region the program wrote for CUDA: inside
+    it CUDA's autocast also reads as on (``torch.is_autocast_enabled()``, whose default device is
+    CUDA, ``torch.get_autocast_gpu_dtype()``), as the program expects; only CUDA tensors read
+    those flags, and this process has none."""
+    global _cuda_spelled
+    if _cuda_spelled is None:
+        import torch
+
+        class autocast(torch.autocast):
+            def __enter__(self) -> None:
+                self._cuda_before = (
+                    torch.is_autocast_enabled("cuda"),
+                    torch.get_autocast_dtype("cuda"),
+                )
+                torch.set_autocast_enabled("cuda", self._enabled)
+                torch.set_autocast_dtype("cuda", self.fast_dtype)
+                super().__enter__()
+
+            def __exit__(self, *exc: Any) -> Any:
+                try:
+                    return super().__exit__(*exc)
+                finally:
+                    torch.set_autocast_enabled("cuda", self._cuda_before[0])
+                    torch.set_autocast_dtype("cuda", self._cuda_before[1])
+
+        autocast.__module__ = torch.autocast.__module__
+        _cuda_spelled = autocast
+    return _cuda_spelled
+
+
+def _spelled_cuda(device_type: Any) -> bool:
+    return str(getattr(device_type, "type", device_type)).split(":")[0] == "cuda"
 
 
 def _argument(args: Any, kwargs: Any, name: str, position: int, default: Any) -> Any:

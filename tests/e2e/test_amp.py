@@ -1,0 +1,165 @@
+"""A program's CUDA mixed precision on the simulated DirectML device, run as a user runs it.
+
+The program is written for CUDA (``torch.autocast("cuda")``, ``torch.cuda.amp.GradScaler()``)
+and falls back to the CPU without it. Under ``python -m dmlpatch --device sim`` it trains in
+float16 on the device with a GradScaler there; its losses match the CPU's float32 run within
+float16's tolerance, step by step, and the CPU's own float16 autocast run likewise. Under
+``--device cpu`` it runs exactly as under plain python.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support import clean_env, run_python
+
+PROGRAM = """
+import json, sys
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+mode = sys.argv[1] if len(sys.argv) > 1 else "cuda"
+cuda = torch.cuda.is_available()
+device = torch.device("cuda" if cuda else "cpu")
+model = nn.Sequential(
+    nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+    nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+    nn.Linear(16, 10),
+).to(device)
+seen = []
+model[0].register_forward_hook(lambda module, inputs, output: seen.append(str(output.dtype)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+scaler = torch.cuda.amp.GradScaler(enabled=cuda)
+x = torch.randn(8, 3, 16, 16).to(device)
+y = torch.randint(0, 10, (8,)).to(device)
+if mode == "cuda":
+    region = lambda: torch.autocast("cuda", enabled=cuda)
+else:  # the CPU's own float16 autocast
+    region = lambda: torch.autocast("cpu", dtype=torch.float16)
+losses, scales = [], []
+for step in range(6):
+    optimizer.zero_grad()
+    with region():
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y)
+    scaler.scale(loss).backward()
+    if step == 3:  # an overflow, as float16 training meets one
+        for p in model.parameters():
+            p.grad.fill_(float("inf"))
+            break
+    before = model[-1].weight.detach().clone()
+    scaler.step(optimizer)
+    scaler.update()
+    skipped = bool(torch.equal(before, model[-1].weight.detach()))
+    losses.append(loss.item())
+    scales.append([scaler.get_scale(), skipped])
+print(json.dumps({"losses": losses, "scales": scales, "dtypes": sorted(set(seen)),
+                  "output": str(out.dtype), "loss": str(loss.dtype)}))
+"""
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    (tmp_path / "train.py").write_text(PROGRAM)
+    return tmp_path
+
+
+def _run(program: Path, *args: str, mode: str = "cuda") -> tuple[dict, list[str]]:
+    result = run_python([*args, "train.py", mode], cwd=program)
+    assert result.code == 0, result.err
+    return json.loads(result.out), result.err_lines
+
+
+def test_the_cuda_program_trains_in_float16_on_the_device(program: Path) -> None:
+    on_device, said = _run(program, "-m", "dmlpatch", "--device", "sim")
+    cpu, _ = _run(program)
+    assert cpu["dtypes"] == ["torch.float32"] and cpu["scales"][0] == [1.0, False]
+    assert on_device["dtypes"] == ["torch.float16"]
+    assert (on_device["output"], on_device["loss"]) == ("torch.float16", "torch.float32")
+    # CUDA's scaler: 2**16, halved at the overflow, whose step is skipped; no other step is
+    steps = [skipped for _, skipped in on_device["scales"]]
+    assert steps == [False, False, False, True, False, False]
+    assert [scale for scale, _ in on_device["scales"]] == [65536.0] * 3 + [32768.0] * 3
+    # Loss by loss, the float32 run (whose disabled scaler lets the infinite step through:
+    # the steps before it) ...
+    assert on_device["losses"][:4] == pytest.approx(cpu["losses"][:4], rel=2e-3)
+    # ... and the skipped step changed nothing: the next forward is the same
+    assert on_device["losses"][4] == on_device["losses"][3]
+    assert (
+        "dmlpatch: mixed precision: autocast computes in float16 on privateuseone:0 with "
+        "CUDA's operator lists" in said
+    )
+
+
+def test_the_device_s_losses_follow_the_cpu_s_float16_autocast(program: Path) -> None:
+    """The CPU's float16 autocast (its lists differ from CUDA's: loosely)."""
+    on_device, _ = _run(program, "-m", "dmlpatch", "--device", "sim")
+    cpu16, _ = _run(program, mode="cpu16")
+    assert cpu16["dtypes"] == ["torch.float16"]
+    assert on_device["losses"][:4] == pytest.approx(cpu16["losses"][:4], rel=5e-3)
+
+
+def test_with_device_cpu_autocast_and_the_scaler_are_as_written(program: Path) -> None:
+    plain = run_python(["train.py"], cwd=program)
+    patched = run_python(["-m", "dmlpatch", "--device", "cpu", "train.py"], cwd=program)
+    assert plain.code == patched.code == 0, patched.err
+    assert patched.out == plain.out
+
+
+FLAGS = """
+import torch
+m = torch.nn.Linear(4, 4).cuda()
+x = torch.randn(2, 4).cuda()
+
+@torch.cuda.amp.autocast()
+def forward(x):
+    return m(x).dtype, torch.is_autocast_enabled(), torch.get_autocast_dtype("cuda")
+
+print(*forward(x), torch.is_autocast_enabled())
+with torch.autocast("cuda"):
+    with torch.autocast("cuda", enabled=False):
+        print(m(x).dtype, torch.is_autocast_enabled())
+    print(m(x).dtype, torch.is_autocast_enabled())
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    print(m(x).dtype)
+with torch.autocast("cuda", dtype=torch.float64):
+    print(m(x).dtype)
+with torch.autocast(device_type="dml"):
+    print(m(x).dtype)
+"""
+
+
+@pytest.mark.parametrize("bf16", ["", "float16"])
+def test_regions_answer_as_on_cuda_and_bfloat16_is_decided(tmp_path: Path, bf16: str) -> None:
+    """Inside a region written for CUDA, CUDA's autocast reads as on (the question a program
+    asks without naming a device is CUDA's); nested and disabled regions, the decorator; a
+    bfloat16 region runs in float32 (or float16 when asked), float64 in float32, said once."""
+    (tmp_path / "flags.py").write_text(FLAGS)
+    env = clean_env(DMLPATCH_BF16=bf16) if bf16 else clean_env()
+    result = run_python(["-m", "dmlpatch", "--device", "sim", "flags.py"], cwd=tmp_path, env=env)
+    assert result.code == 0, result.err
+    bf16_dtype = "torch.float16" if bf16 else "torch.float32"
+    assert result.out.splitlines() == [
+        "torch.float16 True torch.float16 False",
+        "torch.float32 False",
+        "torch.float16 True",
+        bf16_dtype,
+        "torch.float32",
+        "torch.float16",
+    ]
+    lines = result.err_lines
+    if bf16:
+        assert any("bfloat16 autocast computes in float16 on DirectML" in line for line in lines)
+    else:
+        assert (
+            "dmlpatch: DirectML has no bfloat16 arithmetic: the program's bfloat16 autocast runs "
+            "in float32 (DMLPATCH_BF16=float16 runs it in float16)" in lines
+        )
+    assert (
+        "dmlpatch: warning: autocast to torch.float64: DirectML's autocast computes in float16 "
+        "only; the region runs without autocast" in lines
+    )
