@@ -149,6 +149,10 @@ ENTRY_TESTS: dict[str, object] = {
         "tests/e2e/opfix/test_opfix_foreach.py::test_optimizer_steps_on_the_device_equal_to_cpu",
         "tests/e2e/libraries/test_hf_stack.py::test_trainer_trains_three_steps_on_the_device_equal_to_cpu",
     ],
+    "grad-scaler": [
+        "tests/e2e/opfix/test_opfix_grad_scaling.py::test_without_dmlpatch_both_operators_fall_back",
+        "tests/e2e/opfix/test_opfix_grad_scaling.py::test_a_grad_scaler_loop_equals_the_cpu_s",
+    ],
     "float-times-bool": [
         "tests/e2e/sim/test_sim_fidelity.py::test_wrong_answers_of_0_2_5",
         "tests/e2e/opfix/test_opfix_quirks.py::test_without_dmlpatch_a_product_with_a_mask_is_bool",

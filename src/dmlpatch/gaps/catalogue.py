@@ -858,6 +858,21 @@ FAILURES: tuple[Failure, ...] = (
         "per-tensor operators",
     ),
     Failure(
+        key="grad-scaler",
+        what="torch.amp.GradScaler: every mixed-precision step's unscale_ (each gradient checked "
+        "and unscaled) and update",
+        text=_fallback("aten::_amp_foreach_non_finite_check_and_unscale_"),
+        sources="found running GradScaler on the simulated device; torch-directml 0.2.5's native "
+        "library registers neither operator",
+        ops=("aten::_amp_foreach_non_finite_check_and_unscale_", "aten::_amp_update_scale_"),
+        simulated="op list",
+        simulation="",
+        fix="kernel",
+        fixed_in="dmlpatch.opfix.optimizers.grad_scaling",
+        remedy="dmlpatch.opfix.optimizers.grad_scaling: the check and unscale in two kernels per "
+        "gradient and the update in twelve, with no read-back",
+    ),
+    Failure(
         key="float-times-bool",
         what="x * mask / x *= mask with a bool mask: a bool result holding bool(x) and mask; in "
         "place x itself turns bool (older transformers' causal masks, which then fail in "
