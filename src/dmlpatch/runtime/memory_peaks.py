@@ -22,18 +22,20 @@ _sampled: dict[tuple[str, int], int] = {}
 _step_hook: Optional[Any] = None
 
 
-def _simulated(backend: str) -> bool:
+def _simulated(backend: str, index: int) -> bool:
+    """Whether the simulated allocator counts adapter ``index`` (else its figures are read
+    like DirectML's, through ``gpu_memory``, which answers 0 for an adapter it lacks)."""
     if backend != "sim":
         return False
     from dmlpatch import sim
 
-    return sim.is_loaded()
+    return 0 <= index < sim.device_count()
 
 
 def in_use(backend: str, index: int) -> int:
     """Bytes adapter ``index``'s allocator holds now (a reading that counts toward the peak on
     DirectML)."""
-    if _simulated(backend):
+    if _simulated(backend, index):
         from dmlpatch import sim
 
         return sim.memory_allocated(index)
@@ -43,7 +45,7 @@ def in_use(backend: str, index: int) -> int:
 def peak(backend: str, index: int) -> int:
     """The most bytes adapter ``index``'s allocator held since its peak was last reset: the true
     peak on the simulated device, the highest reading on DirectML."""
-    if _simulated(backend):
+    if _simulated(backend, index):
         from dmlpatch import sim
 
         return sim.max_memory_allocated(index)
@@ -52,7 +54,7 @@ def peak(backend: str, index: int) -> int:
 
 def reset_peak(backend: str, index: int) -> None:
     """Start the peak again from what the allocator holds now."""
-    if _simulated(backend):
+    if _simulated(backend, index):
         from dmlpatch import sim
 
         sim.reset_peak_memory(index)
