@@ -12,7 +12,7 @@ from dmlpatch.placement_page.destination import is_page
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Optional
 
     from dmlpatch.report_types import Copies, Kept, Patch, Report, Rewritten, Transfers
 
@@ -27,7 +27,8 @@ def snapshot() -> Report:
     DirectML's CPU fallbacks make, counted by the simulated device (null elsewhere: only
     ``dmlpatch check`` counts on real DirectML); ``installed``: what dmlpatch changed in the
     process (:mod:`dmlpatch.changes`); ``modelled``: the simulated device's work priced on the
-    adapter it models, per training step (:mod:`dmlpatch.costs`; null elsewhere).
+    adapter it models, per training step (:mod:`dmlpatch.costs`; null elsewhere); ``autocast``:
+    the operator calls autocast ran on DirectML, by the dtype it ran them in (null: none).
     """
     from dmlpatch.placement import session
 
@@ -87,6 +88,7 @@ def snapshot() -> Report:
         "ops": None,
         "transfers": None,
         "modelled": None,
+        "autocast": autocast_calls(),
     }
     sim = sys.modules.get("dmlpatch.sim")
     if sim is not None and sim.is_loaded():
@@ -97,6 +99,13 @@ def snapshot() -> Report:
 
         data["modelled"] = simulated.section()
     return data
+
+
+def autocast_calls() -> Optional[dict[str, int]]:
+    """The operator calls autocast ran on the DirectML device, by dtype; None where none did."""
+    kernels = sys.modules.get("dmlpatch.opfix.precision.autocast")
+    counted = kernels.calls() if kernels is not None else {}
+    return counted or None
 
 
 def transfers(counters: dict[str, Any]) -> Transfers:

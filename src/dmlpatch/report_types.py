@@ -20,6 +20,7 @@ SpecName = Annotated[str, "<spec>"]
 OperatorName = Annotated[str, "<operator>"]
 How = Annotated[str, "<how>"]
 Direction = Annotated[str, "<direction>"]
+DtypeName = Annotated[str, "<dtype>"]
 
 
 class _Rewritten(TypedDict):
@@ -268,3 +269,4 @@ class Report(TypedDict):
     ops: Optional[dict[How, dict[OperatorName, int]]]  # calls by how DirectML served them
     transfers: Optional[Transfers]
     modelled: Optional[Modelled]
+    autocast: Optional[dict[DtypeName, int]]  # calls autocast ran on DirectML, by dtype

@@ -1,9 +1,9 @@
 """The report's page (docs/reference/report.md) lists every field a run writes, and a run writes
 every field it lists: a program that takes each road into the report (a spec's rewrite, fix,
 alias and stale module, a module kept as written, CPU fallbacks, a CPU layer with its likely
-cause, a fix on the device) runs on the simulated device, as an ordinary run and under
-``dmlpatch check --html --report`` (the page's per-line ``compute.lines``), and the fields of
-both reports are compared with the page's table."""
+cause, a fix on the device, an autocast region) runs on the simulated device, as an ordinary
+run and under ``dmlpatch check --html --report`` (the page's per-line ``compute.lines``), and
+the fields of both reports are compared with the page's table."""
 
 from __future__ import annotations
 
@@ -92,7 +92,9 @@ model = nn.Sequential(
 head = nn.Linear(10, 4096)  # left on the CPU
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(4, 3, 16, 16, device=device)
-loss = head(model(x).cpu()).square().mean() + torch.histc(x, 10).max().cpu()
+with torch.autocast(device.type):
+    features = model(x)
+loss = head(features.float().cpu()).square().mean() + torch.histc(x, 10).max().cpu()
 loss.backward()
 optimizer.step()
 print(gpukernel.kernel() is not None, mypkg.old.pick is core.pick, mypkg.stale.where)

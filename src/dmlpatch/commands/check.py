@@ -427,6 +427,9 @@ def _print(
 
         for line in simulated.describe(simulated.section()):
             out.write(line + "\n")
+    precision = _precision_line()
+    if precision:
+        out.write(precision + "\n")
     if rows:
         header = ("operator", "how", "calls", "copies", "bytes", "first called at", "known as")
         table = [header] + [
@@ -460,6 +463,20 @@ def _print(
         out.write("".join(traceback.format_list(shown[-6:])))
     out.write(f"verdict: {outcome.verdict}\n")
     out.flush()
+
+
+def _precision_line() -> str:
+    """What autocast ran in which precision on the device, where the program used it."""
+    from dmlpatch import report
+
+    calls = report.autocast_calls()
+    if not calls:
+        return ""
+    by_dtype = ", ".join(f"{count:,} in {dtype}" for dtype, count in sorted(calls.items()))
+    return (
+        f"mixed precision: {sum(calls.values()):,} operator calls under autocast ran by CUDA's "
+        f"lists: {by_dtype}; every other operator in the dtype it was given"
+    )
 
 
 def installed_line() -> str:
@@ -501,6 +518,7 @@ def _write_json(
         "verdict": outcome.verdict,
         "installed": changes.listing(),
         "modelled": _modelled(backend),
+        "autocast": report.autocast_calls(),
         "divergence": None
         if divergence is None
         else {

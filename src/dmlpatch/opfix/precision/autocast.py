@@ -34,6 +34,9 @@ NO_CHOICE = (
 KEY = "AutocastPrivateUse1"
 
 _DEVICE_TYPE = "privateuseone"
+_calls_lock = threading.Lock()
+#: Operator calls the kernels served, by the dtype they ran them in (``dmlpatch check``).
+_calls: dict[str, int] = {}
 _below_autocast = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
 _cache_lock = threading.Lock()
 #: float16 casts of float32 leaf weights, by the weight's id: (a weak reference to the weight,
@@ -88,6 +91,18 @@ def _cached(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return cast
 
 
+def _count(dtype: torch.dtype) -> None:
+    name = str(dtype).replace("torch.", "")
+    with _calls_lock:
+        _calls[name] = _calls.get(name, 0) + 1
+
+
+def calls() -> dict[str, int]:
+    """Operator calls autocast served on the device so far, by the dtype it ran them in."""
+    with _calls_lock:
+        return dict(_calls)
+
+
 def clear_cache() -> None:
     """Drop the cached casts (torch calls this when the outermost autocast region ends)."""
     with _cache_lock:
@@ -123,6 +138,7 @@ def _clear_with_torch() -> None:
 def _lower(op: Callable[..., Any]) -> Callable[..., Any]:
     def lower_precision(*args: Any, **kwargs: Any) -> Any:
         dtype = torch.get_autocast_dtype(_DEVICE_TYPE)
+        _count(dtype)
         with torch._C._ExcludeDispatchKeyGuard(_below_autocast):
             return op(
                 *[_cast(value, dtype) for value in args],
@@ -134,6 +150,7 @@ def _lower(op: Callable[..., Any]) -> Callable[..., Any]:
 
 def _float32(op: Callable[..., Any]) -> Callable[..., Any]:
     def in_float32(*args: Any, **kwargs: Any) -> Any:
+        _count(torch.float32)
         with torch._C._ExcludeDispatchKeyGuard(_below_autocast):
             return op(
                 *[_cast(value, torch.float32) for value in args],
@@ -150,6 +167,7 @@ def _float32_output(op: torch._ops.OpOverload) -> Callable[..., Any]:
 
     def float32_output(*args: Any, **kwargs: Any) -> Any:
         if args and _eligible(args[0]):
+            _count(torch.float32)
             if position < len(args):
                 if args[position] is None:
                     args = (*args[:position], torch.float32, *args[position + 1 :])
@@ -167,6 +185,7 @@ def _float32_overload(with_dtype: torch._ops.OpOverload) -> Callable[..., Any]:
 
     def float32_by_overload(first: Any, *args: Any, **kwargs: Any) -> Any:
         dtype = torch.float32 if _eligible(first) else first.dtype
+        _count(dtype)
         with torch._C._ExcludeDispatchKeyGuard(_below_autocast):
             return with_dtype(first, *args, **kwargs, dtype=dtype)
 
@@ -195,6 +214,7 @@ def _widest_of(current: torch.dtype, other: torch.dtype) -> torch.dtype:
 def _widest(op: Callable[..., Any]) -> Callable[..., Any]:
     def to_widest(*args: Any, **kwargs: Any) -> Any:
         dtype = _widest_type((*args, *kwargs.values()))
+        _count(dtype)
         with torch._C._ExcludeDispatchKeyGuard(_below_autocast):
             return op(
                 *[_cast(value, dtype) for value in args],
@@ -211,6 +231,7 @@ def _library_float32(namespace: str, name: str, as_input: bool) -> Callable[...,
 
     def library_float32(*args: Any, **kwargs: Any) -> Any:
         op = getattr(getattr(torch.ops, namespace), name).default
+        _count(torch.float32)
         with torch._C._ExcludeDispatchKeyGuard(_below_autocast):
             result = op(
                 *[_cast(value, torch.float32) for value in args],
@@ -295,6 +316,8 @@ def reset() -> None:
     from dmlpatch import changes
 
     clear_cache()
+    with _calls_lock:
+        _calls.clear()
     if _clearing:
         torch.clear_autocast_cache = _clearing.pop()
         changes.forget(_LEDGER_KEY)
