@@ -1,34 +1,31 @@
-"""Fixes for accelerate: mixed precision on DirectML.
+"""Fixes for accelerate: bfloat16 mixed precision on DirectML.
 
-``Accelerator(mixed_precision="fp16")`` checks the device's name against the devices with AMP
-and refuses ``privateuseone``; ``"bf16"`` likewise. DirectML has no AMP at all (its operators
-ignore autocast), so where the program's own ``torch.autocast`` runs in float32 with one line
-(:mod:`dmlpatch.runtime.amp`), an ``Accelerator`` does the same: it is made with
-``mixed_precision="no"`` and the line is said once. ``accelerate launch --mixed_precision``
-reaches ``Accelerator`` through ``ACCELERATE_MIXED_PRECISION``, read here the same way.
+``Accelerator(mixed_precision="fp16")`` needs no fix: accelerate refuses a device whose type is
+not in its list of devices with AMP, a test of the device that discovery rewrites to answer as
+on CUDA, and its ``torch.autocast`` and ``GradScaler`` are sites that
+:mod:`dmlpatch.runtime.amp` serves on the DirectML device (float16 autocast, a GradScaler on the
+device). ``"bf16"`` asks ``is_bf16_available()`` instead, whose answer on DirectML is
+``torch.cuda.is_bf16_supported()``: False, as on a GPU older than Ampere, and accelerate refuses
+the run (``Accelerator`` and ``accelerate launch --mixed_precision bf16`` alike). On DirectML
+the answer is yes: the region's bfloat16 autocast then runs as the program's own would
+(float32, said once, or float16 with ``DMLPATCH_BF16=float16``).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
+
+from dmlpatch.devices import resolution
 
 Wrapper = Callable[..., Any]
 
-_MIXED = ("fp16", "bf16", "fp8")
 
-
-def float32_on_directml(
+def bf16_on_directml(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """``Accelerator(...)`` in float32 where its mixed precision would target DirectML."""
-    from dmlpatch.runtime import amp
-
-    asked = kwargs.get("mixed_precision")
-    if asked is None:
-        asked = os.environ.get("ACCELERATE_MIXED_PRECISION")
-    asked = str(getattr(asked, "value", asked) or "no").lower()
-    if asked in _MIXED and not kwargs.get("cpu") and amp.off_on_directml("cuda"):
-        amp.say_off()
-        kwargs = {**kwargs, "mixed_precision": "no"}
+    """``is_bf16_available(...)`` where accelerate decides whether ``"bf16"`` can run: True on
+    DirectML, whose bfloat16 autocast :mod:`dmlpatch.runtime.amp` serves."""
+    target = resolution.current()
+    if target.patches_needed and target.is_accelerator:
+        return True
     return wrapped(*args, **kwargs)
