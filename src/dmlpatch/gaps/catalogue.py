@@ -766,7 +766,7 @@ FAILURES: tuple[Failure, ...] = (
         "cast as CUDA's autocast does (float16 for matrix products and convolutions, float32 "
         "for reductions, norms and losses, the widest input where inputs mix); a program's "
         "'cuda' autocast and GradScaler run on the device (dmlpatch.runtime.amp). bfloat16 "
-        "autocast runs in float32, or float16 with DMLPATCH_BF16=float16, said once",
+        f"autocast runs in float32, or float16 with {DMLPATCH_BF16}=float16, said once",
     ),
     Failure(
         key="float64",

@@ -51,6 +51,8 @@ optimizers.fused          ``_fused_adam_``/``_fused_adamw_`` (``Adam``/``AdamW(f
                           per-tensor operators
 optimizers.grad_scaling   ``_amp_foreach_non_finite_check_and_unscale_``, ``_amp_update_scale_``
                           (``GradScaler``'s every step) with no read-back
+precision.autocast        autocast on the device: each operator CUDA's autocast lists (and
+                          torchvision's RoI operators) cast as on CUDA
 precision.float64_draws   ``randn``/``rand``/``normal`` of float64 drawn on the host where the
                           adapter has no float64 (the CPU's numbers)
 precision.half_on_host    float16 through the CPU fallback of operators whose CPU kernel has no

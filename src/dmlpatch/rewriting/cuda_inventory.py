@@ -106,7 +106,7 @@ HOW: dict[str, str] = {
         ),
         _LEGACY,
     ),
-    "amp": "torch's own; its autocast and GradScaler are sites: off, float32, said once",
+    "amp": "torch's own; its autocast and GradScaler are sites: on the device, CUDA's lists",
     "OutOfMemoryError": "torch's own",
     "CudaError": "torch's own",
     "DeferredCudaCallError": "torch's own",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Any, Callable, NamedTuple, Optional
 
 from dmlpatch import log
@@ -253,9 +254,9 @@ def _dtype_on_directml(asked: Any, enabled: bool) -> Any:
 
 
 def _kernels_installed() -> bool:
-    from dmlpatch.opfix import installer
-
-    return installer.fix_installed("precision.autocast")
+    # Read, not imported: the fixes import the rewriter, which imports this module's callers.
+    installer = sys.modules.get("dmlpatch.opfix.installer")
+    return installer is not None and bool(installer.fix_installed("precision.autocast"))
 
 
 def _directml_target(device_type: Any) -> Optional[_resolution.Resolution]:
