@@ -163,3 +163,54 @@ def test_regions_answer_as_on_cuda_and_bfloat16_is_decided(tmp_path: Path, bf16:
         "dmlpatch: warning: autocast to torch.float64: DirectML's autocast computes in float16 "
         "only; the region runs without autocast" in lines
     )
+
+
+CPU_MODEL = """
+import sys
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+plain = sys.argv[1] == "plain"
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))  # stays on the CPU
+head = nn.Linear(1, 1)
+if sys.argv[1] == "mixed":  # the head on the device
+    head = head.to("cuda")
+optimizer = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)
+# 1024: the float16 head's gradients stay finite, so no step is skipped on either side
+scaler = (
+    torch.amp.GradScaler("cpu", init_scale=1024.0)
+    if plain
+    else torch.cuda.amp.GradScaler(init_scale=1024.0)
+)
+x = torch.randn(4, 8)
+for step in range(3):
+    optimizer.zero_grad()
+    with torch.autocast("cuda", enabled=not plain):
+        out = model(x)
+        loss = head(out.to(head.weight.device)).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    print(f"{loss.item():.6f} {scaler.get_scale()} {out.dtype}")
+"""
+
+
+@pytest.mark.parametrize("placement", ["cpu", "mixed"])
+def test_a_scaler_over_cpu_parameters_behaves_as_torch_s(tmp_path: Path, placement: str) -> None:
+    """A CUDA GradScaler given a CPU model (or one split between the CPU and the device): the
+    scaler works on whichever device each gradient is, as torch's does on a CUDA machine; the
+    CPU's part is not autocast (a CUDA region casts CUDA tensors only). Its losses are a CPU
+    run's with the CPU's own GradScaler (the device's float16 head: within its rounding)."""
+    (tmp_path / "cpu_model.py").write_text(CPU_MODEL)
+    patched = run_python(
+        ["-m", "dmlpatch", "--device", "sim", "cpu_model.py", placement], cwd=tmp_path
+    )
+    plain = run_python(["cpu_model.py", "plain"], cwd=tmp_path)
+    assert patched.code == plain.code == 0, patched.err + plain.err
+    rows = [line.split() for line in patched.out.splitlines()]
+    expected = [line.split() for line in plain.out.splitlines()]
+    assert [row[1:] for row in rows] == [row[1:] for row in expected]  # scale 1024, float32
+    for row, want in zip(rows, expected):
+        rel = 1e-6 if placement == "cpu" else 2e-3
+        assert float(row[0]) == pytest.approx(float(want[0]), rel=rel)
