@@ -7,6 +7,10 @@ Lightning's own CUDA accelerator, whose device sites and device tests dmlpatch r
 ``"dml"`` is that class under DirectML's name, in the registry of the module that has one, and
 the Trainer's and Fabric's connectors take ``accelerator="dml"`` as ``"cuda"`` (they choose a
 single device by the flag's name).
+
+``16-mixed`` and ``bf16-mixed`` make ``torch.autocast`` and ``torch.amp.GradScaler`` for
+``"cuda"``, sites that :mod:`dmlpatch.runtime.amp` serves on the DirectML device, as CUDA does;
+only a run without DirectML's autocast kernels (float32) needs Fabric's batch left as it is.
 """
 
 from __future__ import annotations
@@ -53,8 +57,10 @@ def dml_as_cuda(
 def float32_inputs(
     wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """Fabric's ``16-mixed`` / ``bf16-mixed`` cast the batch to float16 for autocast; on DirectML
-    autocast is off and the run is float32 (said once), so the batch stays as it is."""
+    """Fabric's ``16-mixed`` / ``bf16-mixed`` cast the batch to float16 (bfloat16) for autocast.
+    Where DirectML's autocast kernels are installed, autocast runs on the device and the cast is
+    Fabric's own; where they are not, autocast is off and the run is float32 (said once), so the
+    batch stays as it is."""
     from dmlpatch.runtime import amp
 
     if amp.off_on_directml(getattr(instance, "device", None)):
