@@ -18,7 +18,8 @@ For each it prints, side by side:
   share should come near half;
 - the modelled DirectML time per step on two shipped adapter profiles (the cost model prices
   float16 kernels at the adapter's float16 rate and their bytes at half the width);
-- the simulator's wall time (the CPU's kernels, which are slower in float16: not a GPU's).
+- the simulator's wall time (the CPU's kernels; its float16 matrix products and convolutions
+  compute in float32: not a GPU's).
 
 It also times the autocast kernels' own cost per call on this machine: a call whose inputs are
 already float16 (no cast to make) inside a region, against the same call outside one.

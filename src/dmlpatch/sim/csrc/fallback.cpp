@@ -427,6 +427,71 @@ std::string register_direct(const std::string& names) {
   return failed;
 }
 
+namespace {
+
+// The CPU has no fast float16 matrix product or convolution (30-40x float32's time), which
+// made a mixed-precision step on the simulator minutes long. These kernels, given float16,
+// compute in float32 and round their results to float16 once: what the CPU's float16 kernels
+// do too (they accumulate in float32), in another order of summation, so a result may differ
+// from theirs in its last float16 bit. DirectML's own accumulation order is its own.
+bool widened_in_float32(const c10::OperatorName& name) {
+  // (convolution has kernels of its own, kernels.cpp, which widen likewise)
+  static const std::unordered_set<std::string> ops = {"aten::mm", "aten::addmm", "aten::bmm",
+                                                      "aten::baddbmm"};
+  return ops.count(name.name) > 0;
+}
+
+struct Widened {
+  // (schema argument, the float16 tensor it held) of each written (out=) argument
+  c10::SmallVector<std::pair<size_t, at::Tensor>, 2> outs;
+  bool any = false;
+};
+
+Widened widen_half_arguments(const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                             size_t base) {
+  Widened widened;
+  for (size_t i = base; i < stack->size(); ++i) {
+    // Mixed float16 and float32 arguments: the CPU kernel's own error, not a float32 result.
+    const c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_floating_point() &&
+        v.toTensor().scalar_type() != at::kHalf) {
+      return widened;
+    }
+  }
+  for (size_t i = base; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().scalar_type() != at::kHalf) {
+      continue;
+    }
+    const auto& alias = schema.arguments()[i - base].alias_info();
+    if (alias && alias->isWrite()) widened.outs.emplace_back(i - base, v.toTensor());
+    v = v.toTensor().to(at::kFloat);
+    widened.any = true;
+  }
+  return widened;
+}
+
+void narrow_results(const Widened& widened, torch::jit::Stack* stack, size_t nret) {
+  size_t next_out = 0;
+  for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().scalar_type() != at::kFloat) {
+      continue;
+    }
+    const at::Tensor& wide = v.toTensor();
+    if (next_out < widened.outs.size()) {  // an out= kernel returns its out argument
+      at::Tensor out = widened.outs[next_out++].second;
+      if (out.sizes() != wide.sizes()) out.resize_(wide.sizes());
+      out.copy_(wide);
+      v = out;
+    } else {
+      v = wide.to(at::kHalf);
+    }
+  }
+}
+
+}  // namespace
+
 void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   OpEntry* entry = op_entry(op);
   OpRecord* rec = entry->rec;
@@ -485,8 +550,13 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     return;
   }
 
+  Widened widened;
+  if (native && widened_in_float32(op.operator_name())) {
+    widened = widen_half_arguments(op.schema(), stack, base);
+  }
   const auto started = std::chrono::steady_clock::now();
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  if (widened.any) narrow_results(widened, stack, op.schema().returns().size());
   if (!native) {
     // DirectML's fallback runs this same CPU kernel on the same host: its time is real.
     const auto spent = std::chrono::steady_clock::now() - started;

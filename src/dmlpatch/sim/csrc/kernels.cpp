@@ -206,6 +206,23 @@ int64_t convolution_flops(const at::Tensor& input, const at::Tensor& weight,
   return 2 * out.numel() * (weight.size(1)) * extent;
 }
 
+// float16 convolutions in float32, their results rounded to float16 once (the CPU's float16
+// convolution is 30-40x slower than float32's; see widened_in_float32 in fallback.cpp).
+bool all_half(std::initializer_list<const at::Tensor*> tensors) {
+  for (const at::Tensor* t : tensors) {
+    if (t->defined() && t->scalar_type() != at::kHalf) return false;
+  }
+  return true;
+}
+
+at::Tensor widened(const at::Tensor& t, bool widen) {
+  return widen && t.defined() ? t.to(at::kFloat) : t;
+}
+
+at::Tensor narrowed(const at::Tensor& t, bool widen) {
+  return widen && t.defined() ? t.to(at::kHalf) : t;
+}
+
 at::Tensor sim_convolution(const at::Tensor& input, const at::Tensor& weight,
                            const c10::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                            c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
@@ -218,10 +235,14 @@ at::Tensor sim_convolution(const at::Tensor& input, const at::Tensor& weight,
                   (!bias || !bias->defined() || bias->device() == input.device()),
               "Expected all tensors to be on the same device, but found at least two devices, ",
               input.device(), " and ", weight.device(), "!");
+  const at::Tensor no_bias;
+  const bool widen = all_half({&input, &weight, bias ? &*bias : &no_bias});
   c10::optional<at::Tensor> cpu_bias;
-  if (bias && bias->defined()) cpu_bias = cpu_alias(*bias);
-  at::Tensor out = at::convolution(cpu_alias(input), cpu_alias(weight), cpu_bias, stride, padding,
-                                   dilation, transposed, output_padding, groups);
+  if (bias && bias->defined()) cpu_bias = widened(cpu_alias(*bias), widen);
+  at::Tensor out = narrowed(
+      at::convolution(widened(cpu_alias(input), widen), widened(cpu_alias(weight), widen),
+                      cpu_bias, stride, padding, dilation, transposed, output_padding, groups),
+      widen);
   charge_work(rec, host_bytes(input) + host_bytes(weight) + host_bytes(out),
               convolution_flops(input, weight, out, transposed, groups),
               input.scalar_type() == c10::ScalarType::Half);
@@ -236,9 +257,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward(
   // The bias gradient has one entry per output channel.
   const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
   std::vector<int64_t> bias_sizes{out_channels};
-  auto grads = at::convolution_backward(cpu_alias(grad_output), cpu_alias(input),
-                                        cpu_alias(weight), bias_sizes, stride, padding, dilation,
-                                        transposed, output_padding, groups, output_mask);
+  const bool widen = all_half({&grad_output, &input, &weight});
+  auto grads = at::convolution_backward(
+      widened(cpu_alias(grad_output), widen), widened(cpu_alias(input), widen),
+      widened(cpu_alias(weight), widen), bias_sizes, stride, padding, dilation, transposed,
+      output_padding, groups, output_mask);
+  std::get<0>(grads) = narrowed(std::get<0>(grads), widen);
+  std::get<1>(grads) = narrowed(std::get<1>(grads), widen);
+  std::get<2>(grads) = narrowed(std::get<2>(grads), widen);
   // Each gradient asked for is about one forward pass of work.
   const int64_t passes = static_cast<int64_t>(output_mask[0]) + output_mask[1];
   const at::Tensor& out = grad_output;
