@@ -212,6 +212,17 @@ def _elements(n: int) -> dict[str, Case]:
             lambda a, b, w: common_fallbacks.lerp_cost(a, b, w, out=_empty(a)),
             probabilities(3),
         ),
+        # float16 is computed in float32, as the CPU's and CUDA's kernels compute it.
+        f"lerp float16 {n}": Case(
+            lambda a, b: torch.lerp(a, b, 0.3),
+            lambda a, b: common_fallbacks.lerp_cost(a, b, 0.3, out=_empty(a)),
+            lambda: tuple(x.half() for x in floats(2)()),
+        ),
+        f"lerp tensor weight float16 {n}": Case(
+            torch.lerp,
+            lambda a, b, w: common_fallbacks.lerp_cost(a, b, w, out=_empty(a)),
+            lambda: tuple(x.half() for x in probabilities(3)()),
+        ),
         f"nan_to_num {n}": Case(
             torch.nan_to_num,
             lambda x: common_fallbacks.nan_to_num_cost(x, out=_empty(x)),

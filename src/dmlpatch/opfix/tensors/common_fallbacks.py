@@ -39,6 +39,9 @@ from dmlpatch.opfix._kernel import Kernel, functional, in_place, into
 from dmlpatch.opfix.cost_terms import TRANSCENDENTAL, elementwise, fallback, resetting, shapes
 from dmlpatch.opfix.on_the_cpu import through_the_cpu
 
+#: Floating dtypes the compositions compute in float32, as the CPU's and CUDA's kernels do.
+_REDUCED = (torch.float16, torch.bfloat16)
+
 # ---- what the compositions cost: kernels and bytes an element counted from their code
 # (float32), against the fallback's copies and its arithmetic on the host ----
 
@@ -58,13 +61,21 @@ def lerp_cost(
     self: torch.Tensor, end: torch.Tensor, weight: Union[float, torch.Tensor], *, out: torch.Tensor
 ) -> Costs:
     """A number weight: a difference, a product, a sum and the copy into ``out`` (4); a
-    tensor weight: both formulas and the choice between them (11)."""
+    tensor weight: both formulas and the choice between them (11). float16 and bfloat16 are
+    computed in float32: a cast of each tensor argument first (6 bytes an element each), and
+    the copy into ``out`` reads float32 and writes 2 bytes."""
     shape = torch.broadcast_shapes(
         self.shape, end.shape, weight.shape if isinstance(weight, torch.Tensor) else ()
     )
     n, size = math.prod(shape), out.element_size()
     tensor = isinstance(weight, torch.Tensor)
-    device = elementwise(11, n, 102, size) if tensor else elementwise(4, n, 40, size)
+    launches, moved = (11, 102) if tensor else (4, 40)
+    if self.dtype in _REDUCED or end.dtype in _REDUCED:
+        casts = 3 if tensor else 2
+        # In float32 bytes: the casts, and the last copy's 6 bytes where float32's has 8.
+        device = elementwise(launches + casts, n, moved + 6 * casts - 2)
+    else:
+        device = elementwise(launches, n, moved, size)
     return Costs(device, fallback(self, end, weight, up=n * size, host_flops=4.0 * n))
 
 
@@ -176,6 +187,12 @@ def _lerp(
     start: torch.Tensor, end: torch.Tensor, weight: Union[float, torch.Tensor]
 ) -> torch.Tensor:
     # The CPU kernel switches formula at |weight| = 0.5 so that weight 1 gives `end` exactly.
+    # float16 and bfloat16 in float32 (the CPU's and CUDA's opmath): `end - start` of two
+    # float16 values overflows from 32768 apart, and each operation's rounding would add up.
+    if start.dtype in _REDUCED or end.dtype in _REDUCED:
+        start, end = start.float(), end.float()
+        if isinstance(weight, torch.Tensor):
+            weight = weight.float()
     if isinstance(weight, torch.Tensor):
         small = weight.abs() < 0.5
         low = start + weight * (end - start)

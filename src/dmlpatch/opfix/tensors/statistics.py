@@ -6,10 +6,11 @@ computed (microsoft/DirectML#536); it is ``var`` and ``mean``, both native. ``cu
 diffusion schedules and attention decays (#437); it is computed as a parallel prefix product
 (``log2(n)`` multiplications of shifted halves), whose rounding differs from the CPU's running
 product by float32 rounding only. ``std`` (Demucs normalises every input by it) is the square
-root of ``var``, as the CPU kernel computes it. ``amin`` (DirectML has ``amax`` but not its
-twin; geometry code takes the smallest coordinate of every box and point set) is ``min`` over
-one dimension at a time, which propagates NaN as ``amin`` does; ``aminmax`` (kornia's range
-checks) is that ``amin`` and DirectML's ``amax``.
+root of ``var``, as the CPU kernel computes it (in float32 for float16 and bfloat16: their
+variance overflows float16 long before the deviation does). ``amin`` (DirectML has ``amax``
+but not its twin; geometry code takes the smallest coordinate of every box and point set) is
+``min`` over one dimension at a time, which propagates NaN as ``amin`` does; ``aminmax``
+(kornia's range checks) is that ``amin`` and DirectML's ``amax``.
 
 Each is one to four kernels against the fallback's read-back and copies, except ``cumprod``:
 two kernels per doubling (``2 * ceil(log2(n))``), each over the whole tensor, so a short
@@ -53,6 +54,10 @@ def _std_out(
     out: torch.Tensor,
 ) -> torch.Tensor:
     record("fixed", "aten::std.correction_out")
+    # float16 and bfloat16 in float32, as the CPU's and CUDA's kernels accumulate: their
+    # variance overflows float16 from a deviation of 256 on, where the deviation does not.
+    if self.dtype in (torch.float16, torch.bfloat16):
+        self = self.float()
     return into(out, torch.var(self, dim, correction=correction, keepdim=keepdim).sqrt())
 
 
