@@ -86,6 +86,22 @@ def test_nms_of_half_precision_boxes_is_the_float32_answer(
     assert torch.equal(kept.cpu(), expected) and expected.tolist() == [1]
 
 
+def test_nms_of_float16_boxes_through_the_cpu(
+    dev: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cost model sends a few boxes through the CPU, whose kernel has no float16
+    (torchvision's test_nms_float16 stopped there): they go in float32, as CUDA computes them."""
+    from dmlpatch.opfix.vision import detection
+
+    monkeypatch.setattr(detection._NMS, "on_device", lambda key, costs: False)
+    boxes = torch.tensor([[285.35, 185.58, 1193.51, 851.46], [285.15, 188.74, 1192.50, 851.07]])
+    scores = torch.tensor([0.6370, 0.7569])
+    sim.reset_counters()
+    kept = nms(boxes.to(dev, torch.float16), scores.to(dev, torch.float16), 0.2)
+    assert torch.equal(kept.cpu(), nms(boxes, scores, 0.2))
+    assert set(sim.counters()["ops"]["fallback"]) == {"torchvision::nms"}
+
+
 @pytest.mark.parametrize("kept", [True, False])
 def test_nms_row_blocks_agree(
     dev: torch.device, monkeypatch: pytest.MonkeyPatch, kept: bool

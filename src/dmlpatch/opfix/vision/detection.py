@@ -128,6 +128,10 @@ def nms(dets: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch
     """``torchvision::nms`` on the device, or through the CPU where that costs less."""
     key = shapes(dets, scores)
     if not _NMS.on_device(key, lambda: detection_costs.nms(dets, scores, iou_threshold)):
+        if dets.dtype is torch.float16 or scores.dtype is torch.float16:
+            # torchvision's CPU kernel has no float16; its CUDA kernel computes the overlaps of
+            # float16 boxes in float32, as the composition does.
+            dets, scores = dets.float(), scores.float()
         arguments = (dets, scores, iou_threshold)
         return through_the_cpu("torchvision::nms", torch.ops.torchvision.nms, arguments)
     record("fixed", "torchvision::nms")
