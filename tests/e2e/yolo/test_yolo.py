@@ -55,7 +55,12 @@ YOLO = [
     "sys.exit(entrypoint())",
 ]
 ADAPTER = "DML:0 (Simulated Radeon (discrete))"
-AMP_WARNING = "checks skipped ⚠️, DirectML has no automatic mixed precision (AMP)"
+# ultralytics' own AMP check (8.4: "...checks...", 8.1: "...checks with YOLOv8n..."), and its
+# verdicts; the check runs on the device with the weights amp_weights.py writes.
+AMP_CHECK = "running Automatic Mixed Precision (AMP) checks"
+AMP_PASSED = "checks passed ✅"
+AMP_FAILED = "checks failed"
+AMP_SKIPPED = "checks skipped"
 SEED_ERROR = "Return counts not implemented for unique operator for DirectML."
 
 
@@ -76,6 +81,7 @@ class Workspace:
         self.config = yolo_fixtures.build_config_dir(root / "config")
         self.netlog = root / "network.log"
         self.runs = root / "runs"
+        self._amp_weights: set[bool] = set()
 
     def env(self, old: bool = False, **extra: str) -> dict[str, str]:
         paths = [OLD_ULTRALYTICS] if old else []
@@ -90,6 +96,17 @@ class Workspace:
         # images (bincount, nms); tests/e2e/opfix/test_opfix_fix_costs.py checks the choice.
         extra.setdefault("DMLPATCH_DEVICE_OPS", "all")
         return yolo_fixtures.offline_env(self.config, self.netlog, pythonpath=paths, **extra)
+
+    def amp_weights(self, old: bool = False) -> None:
+        """The weights check_amp loads (yolo26n.pt / yolov8n.pt), in this workspace's weights
+        directory, which the line's settings now name; built once per line."""
+        if old in self._amp_weights:
+            return
+        result = run_python(
+            [str(HERE / "amp_weights.py"), str(self.root / "weights")], env=self.env(old=old)
+        )
+        _assert_ok(result)
+        self._amp_weights.add(old)
 
     def yolo_args(self, mode: str, name: str, **overrides: str) -> list[str]:
         """The seed's command line, at imgsz=64 on the synthetic data."""
@@ -168,7 +185,7 @@ def test_cli_train_val_predict_under_dmlpatch_run(ws: Workspace) -> None:
     _assert_ok(train)
     output = train.out + train.err
     assert ADAPTER in output
-    assert AMP_WARNING not in output  # amp=False: nothing to say
+    assert AMP_CHECK not in output  # amp=False: nothing to check
     data = json.loads(report.read_text())
     assert data["ops"]["refused"] == {}
     assert data["ops"]["native"]["aten::convolution_overrideable"] > 0
@@ -261,13 +278,16 @@ def activated(ws: Workspace) -> Iterator[str]:
 
 def test_cli_after_activate_with_amp_true(ws: Workspace, activated: str) -> None:
     python = activated
+    ws.amp_weights()
     train = run_python(
         [*YOLO, *ws.yolo_args("train", "activated", amp="True")], env=ws.env(), python=python
     )
     _assert_ok(train)
     output = train.out + train.err
     assert ADAPTER in output
-    assert output.count(AMP_WARNING) == 1
+    # ultralytics' own check ran on the device, once, and passed: training is float16 AMP.
+    assert output.count(AMP_CHECK) == 1 and output.count(AMP_PASSED) == 1
+    assert AMP_SKIPPED not in output and AMP_FAILED not in output
     best = ws.runs / "activated" / "weights" / "best.pt"
     for mode in ("val", "predict"):
         result = run_python(
@@ -474,12 +494,13 @@ def test_device_sim_loads_the_simulator_on_demand(ws: Workspace) -> None:
 
 
 def test_ultralytics_8_1_trains_on_sim_like_on_cpu(ws: Workspace) -> None:
+    """float32 on both, loss for loss (8.1's float16 AMP: test_amp_trains_in_float16_...)."""
     assert (OLD_ULTRALYTICS / "ultralytics").is_dir(), f"install it first: {OLD_INSTALL}"
-    sim = _dmlpatch_run(ws, ws.yolo_args("train", "old-sim", amp="True", plots="False"), old=True)
+    sim = _dmlpatch_run(ws, ws.yolo_args("train", "old-sim", plots="False"), old=True)
     _assert_ok(sim)
     output = sim.out + sim.err
     assert "Ultralytics YOLOv8.1.47 🚀" in output and ADAPTER in output
-    assert output.count(AMP_WARNING) == 1
+    assert AMP_CHECK not in output
     cpu = run_python(
         [*YOLO, *ws.yolo_args("train", "old-cpu", device="cpu", plots="False")],
         env=ws.env(old=True),
@@ -492,6 +513,117 @@ def test_ultralytics_8_1_trains_on_sim_like_on_cpu(ws: Workspace) -> None:
     predict = _dmlpatch_run(ws, ws.yolo_args("predict", "old-predict", model=str(best)), old=True)
     _assert_ok(predict)
     assert ws.network_attempts() == []
+
+
+# -- mixed precision: amp=True ------------------------------------------------------------------
+
+#: Epochs of the AMP runs: two steps each (8 images, batch 4).
+AMP_EPOCHS = 3
+
+
+def _amp_train(ws: Workspace, device: str, old: bool) -> tuple[dict, Result, dict]:
+    name = f"amp-{device}-{'8.1' if old else '8.4'}"
+    out = ws.root / f"{name}.json"
+    report = ws.root / f"{name}-report.json"
+    script = [str(HERE / "train_amp.py"), str(ws.data), str(ws.runs / name), str(out), device]
+    prefix = ["-m", "dmlpatch", "--device", "sim", f"--report={report}"] if device != "cpu" else []
+    result = run_python([*prefix, *script, str(AMP_EPOCHS)], env=ws.env(old=old))
+    _assert_ok(result)
+    return json.loads(out.read_text()), result, json.loads(report.read_text()) if prefix else {}
+
+
+def _amp_check(env: dict[str, str], device: str, *options: str) -> tuple[dict, Result]:
+    prefix = ["-m", "dmlpatch", "--device", "sim"] if device != "cpu" else []
+    result = run_python([*prefix, str(HERE / "amp_check.py"), device, *options], env=env)
+    _assert_ok(result)
+    return json.loads(result.out.splitlines()[-1]), result
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["8.4", "8.1"])
+def test_amp_trains_in_float16_on_the_device_after_ultralytics_own_check(
+    ws: Workspace, old: bool
+) -> None:
+    """amp=True, the default: ultralytics' check_amp loads its AMP weights (built offline, see
+    amp_weights.py), compares float32 with autocast on the device and passes, as the same
+    comparison passes with the CPU's float16; training then runs in float16 mixed precision on
+    the device with a GradScaler there, loss by loss within float16's tolerance of the CPU's
+    float32 run (on the CPU ultralytics has no AMP)."""
+    ws.amp_weights(old)
+    reference, _ = _amp_check(ws.env(old=old), "cpu")
+    assert reference["verdict"] is True and reference["boxes"][0] == reference["boxes"][1] > 0
+    sim, result, report = _amp_train(ws, "dml", old)
+    cpu, _, _ = _amp_train(ws, "cpu", old)
+    output = result.out + result.err
+    assert output.count(AMP_CHECK) == 1 and output.count(AMP_PASSED) == 1, output[-3000:]
+    assert AMP_SKIPPED not in output and AMP_FAILED not in output
+    assert sim["amp"] and not cpu["amp"]
+    assert sim["scaler"] == {"enabled": True, "device": "privateuseone"}
+    assert len(sim["steps"]) == len(cpu["steps"]) == 2 * AMP_EPOCHS
+    assert {step["dtype"] for step in sim["steps"]} == {"torch.float16"}
+    assert {step["dtype"] for step in cpu["steps"]} == {"torch.float32"}
+    # The autocast kernels served the steps' operators (and the check's), on the device.
+    assert report["autocast"]["float16"] > 0, report["autocast"]
+    assert report["ops"]["fallback"] == {} and report["ops"]["refused"] == {}, report["ops"]
+    # The first step, before training moves the weights apart: on the CPU from the device's
+    # weights and batch, float32 is the CPU run's first step, and the device's float16 is the
+    # CPU's float16 autocast within rounding. 8.1 computes its loss in float16 too: its
+    # assigner picks each target's anchors by a top-k of float16 scores, so a rounding either
+    # way moves an anchor, and the CPU's float16 kernels round otherwise than the device's
+    # (float32 products rounded once, as CUDA's): within 1% there, 2% from float32 ...
+    first = sim["first_step"]
+    assert first["float32"] == pytest.approx(cpu["steps"][0]["losses"], rel=1e-5)
+    assert sim["steps"][0]["losses"] == pytest.approx(first["float16"], rel=1e-2 if old else 1e-3)
+    # ... and step by step the losses are the CPU's float32 ones within float16's tolerance.
+    for on_sim, on_cpu in zip(sim["steps"], cpu["steps"]):
+        assert on_sim["losses"] == pytest.approx(on_cpu["losses"], rel=3e-2)
+    # Scaled gradients that overflow float16 skip their step and halve the scale (from 2**16),
+    # as the CPU's float16 does with these weights; six steps are too few for it to grow.
+    scales = [step["scale"] for step in sim["steps"]]
+    assert scales[0] <= 2.0**15 and scales == sorted(scales, reverse=True)
+    assert ws.network_attempts() == []
+
+
+def test_amp_check_fails_on_the_device_where_it_fails_on_the_cpu(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """The check decides on its merits: with random weights at their measured BatchNorm
+    statistics (a chaotic network: float16's rounding moves its boxes by pixels, see
+    amp_weights.py), the comparison fails with the CPU's float16 autocast, and check_amp fails on
+    the device too: AMP off, as ultralytics decides on CUDA."""
+    config = yolo_fixtures.build_config_dir(tmp_path / "config")
+    netlog = tmp_path / "network.log"
+    env = yolo_fixtures.offline_env(config, netlog, DMLPATCH_DEVICE_OPS="all")
+    weights = [str(HERE / "amp_weights.py"), str(tmp_path / "weights"), "measured"]
+    built = run_python(weights, env=env)
+    _assert_ok(built)
+    reference, _ = _amp_check(env, "cpu")
+    assert reference["verdict"] is False and reference["boxes"][0] == reference["boxes"][1] > 0
+    assert reference["max_diff"] > 0.5
+    got, result = _amp_check(env, "dml")
+    assert got == {"verdict": False}
+    output = result.out + result.err
+    assert AMP_FAILED in output and AMP_PASSED not in output
+    assert not netlog.exists()
+
+
+def test_amp_check_without_the_autocast_kernels_says_float32_before_any_download(
+    tmp_path: Path,
+) -> None:
+    """Where dmlpatch's autocast kernels are not installed, check_amp answers False with one
+    warning, and does not look for its weights (none here, and no network)."""
+    config = yolo_fixtures.build_config_dir(tmp_path / "config")
+    netlog = tmp_path / "network.log"
+    env = yolo_fixtures.offline_env(config, netlog, DMLPATCH_DEVICE_OPS="all")
+    got, result = _amp_check(env, "dml", "--no-autocast")
+    assert got == {"verdict": False}
+    output = result.out + result.err
+    skipped = (
+        "checks skipped ⚠️, dmlpatch's autocast kernels for DirectML are not installed; "
+        "training in float32 as with 'amp=False'."
+    )
+    assert output.count(skipped) == 1
+    assert "downloading" not in output and AMP_CHECK not in output
+    assert not netlog.exists()
 
 
 def test_footprint_of_the_seed_run_is_dmlpatch_cache_and_outputs(

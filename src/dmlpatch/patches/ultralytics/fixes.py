@@ -402,26 +402,44 @@ def fuse_on_host(
         instance.to(device)
 
 
-def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``check_amp``: False on DirectML, with one warning, before any download or AMP run."""
-    return amp_checks_skipped(wrapped, args, kwargs, "training in float32 as with 'amp=False'.")
+#: Why a DirectML run has no AMP: dmlpatch's autocast kernels are not installed.
+_NO_AUTOCAST = "dmlpatch's autocast kernels for DirectML are not installed"
+
+
+def amp_check(
+    wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``check_amp``: ultralytics' own check where autocast runs on DirectML (it compares
+    float32 with float16 autocast on the device, and training is AMP when it passes); without
+    the autocast kernels, where a region would change nothing and the check would compare
+    float32 with itself, False with one warning, before any download."""
+    from dmlpatch.opfix import installer
+
+    if installer.fix_installed("precision.autocast"):
+        return wrapped(*args, **kwargs)
+    return amp_checks_skipped(
+        wrapped, args, kwargs, "training in float32 as with 'amp=False'.", _NO_AUTOCAST
+    )
 
 
 def amp_checks_skipped(
-    wrapped: Wrapper, args: tuple[Any, ...], kwargs: dict[str, Any], training: str
+    wrapped: Wrapper,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    training: str,
+    reason: str = "DirectML has no automatic mixed precision (AMP)",
 ) -> Any:
     """``check_amp(model)`` of ultralytics or of yolov5 (its ancestor: same signature, same
     ``LOGGER`` and ``colorstr``): False where the model is on DirectML, with one warning in the
-    library's own style ending in ``training``; the library's own check anywhere else."""
+    library's own style giving ``reason`` and ending in ``training``; the library's own check
+    anywhere else."""
     bound = bound_arguments(wrapped, args, kwargs)
     parameter = next(iter(bound.arguments["model"].parameters()), None)
     if parameter is None or parameter.device.type != DEVICE_TYPE:
         return wrapped(*args, **kwargs)
     namespace = wrapped.__globals__
     prefix = namespace["colorstr"]("AMP: ") if "colorstr" in namespace else "AMP: "
-    namespace["LOGGER"].warning(
-        f"{prefix}checks skipped ⚠️, DirectML has no automatic mixed precision (AMP); {training}"
-    )
+    namespace["LOGGER"].warning(f"{prefix}checks skipped ⚠️, {reason}; {training}")
     return False
 
 
