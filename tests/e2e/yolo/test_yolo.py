@@ -1,8 +1,9 @@
 """Ultralytics YOLO on the simulated DirectML device: the seed's `yolo ... device=dml` workflow.
 
 Real ultralytics (8.4.190 from the venv; 8.1.47 from ``$DMLPATCH_ULTRALYTICS_8_1``), a
-synthetic 64x64 dataset, ``yolov8n.yaml`` (no weights), no network (every attempt is logged
-and must not happen), default simulator profile (torch-directml 0.2.5's gaps).
+synthetic 64x64 dataset, ``yolov8n.yaml`` (no weights; the AMP check's ``yolo26n.pt`` /
+``yolov8n.pt`` are built by ``amp_weights.py``), no network (every attempt is logged and must
+not happen), default simulator profile (torch-directml 0.2.5's gaps).
 """
 
 from __future__ import annotations
