@@ -403,7 +403,7 @@ def fuse_on_host(
 
 
 #: Why a DirectML run has no AMP: dmlpatch's autocast kernels are not installed.
-_NO_AUTOCAST = "dmlpatch's autocast kernels for DirectML are not installed"
+NO_AUTOCAST = "dmlpatch's autocast kernels for DirectML are not installed"
 
 
 def amp_check(
@@ -418,7 +418,7 @@ def amp_check(
     if installer.fix_installed("precision.autocast"):
         return wrapped(*args, **kwargs)
     return amp_checks_skipped(
-        wrapped, args, kwargs, "training in float32 as with 'amp=False'.", _NO_AUTOCAST
+        wrapped, args, kwargs, "training in float32 as with 'amp=False'.", NO_AUTOCAST
     )
 
 

@@ -1,4 +1,4 @@
-"""Fixes for yolov5: DirectML device requests and AMP.
+"""Fixes for yolov5: DirectML device requests and its AMP check.
 
 yolov5's ``select_device`` reads ``--device`` as ultralytics' does (``''``, ``0``, ``0,1``,
 ``cpu``, ``mps``), so the request is read the same way (``dmlpatch.patches.ultralytics.fixes``):
@@ -15,6 +15,7 @@ import torch
 
 from dmlpatch.devices import announce
 from dmlpatch.patches.ultralytics.fixes import (
+    NO_AUTOCAST,
     adapter_name,
     amp_checks_skipped,
     directml_request,
@@ -51,7 +52,15 @@ def select_device(
     return chosen
 
 
-def amp_off(wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``check_amp``: False on DirectML, with yolov5's own AMP warning style (yolov5 has no
-    ``amp`` option to name)."""
-    return amp_checks_skipped(wrapped, args, kwargs, "training in float32.")
+def amp_check(
+    wrapped: Wrapper, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``check_amp``: yolov5's own check where autocast runs on DirectML (float32 against
+    float16 autocast on the device; training is AMP when it passes); without the autocast
+    kernels, where it would compare float32 with itself, False with one warning in yolov5's
+    style (it has no ``amp`` option to name)."""
+    from dmlpatch.opfix import installer
+
+    if installer.fix_installed("precision.autocast"):
+        return wrapped(*args, **kwargs)
+    return amp_checks_skipped(wrapped, args, kwargs, "training in float32.", NO_AUTOCAST)
