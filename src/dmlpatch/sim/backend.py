@@ -96,7 +96,7 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
     import torch
 
     from dmlpatch.gaps import registered_ops
-    from dmlpatch.sim import build, counting, device_module, rnn
+    from dmlpatch.sim import autograd_exit, build, counting, device_module, rnn
 
     path = build.ensure_built()
     torch.ops.load_library(str(path))
@@ -127,6 +127,7 @@ def _load(chosen: profiles.Profile, devices: int, float64: bool, trace: bool, fa
         print(f"dmlpatch: sim kernels not registered: {failed.split()}", file=sys.stderr)
 
     device_module.install()
+    autograd_exit.install()
     from dmlpatch.costs import simulated
 
     simulated.configure(_state.device_name(0, devices))

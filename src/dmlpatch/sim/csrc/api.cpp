@@ -108,6 +108,20 @@ std::vector<int64_t> memory_op(int64_t device) {
 
 void reset_peak_memory_op(int64_t device) { reset_memory_peak(adapter_index(device)); }
 
+// A 0-element float tensor on adapter `device`, made without dispatching an operator, so no
+// counter, cost or memory figure sees it: dmlpatch.sim.autograd_exit passes an empty backward
+// through each adapter's autograd thread at exit with such tensors, after which a run report
+// may still be written from the counters.
+at::Tensor uncounted_empty(int64_t device) {
+  const c10::DeviceIndex index = adapter_index(device);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                       c10::DataPtr(nullptr, c10::Device(kSim, index)), allocator(),
+                       /*resizable=*/true);
+  return at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      caffe2::TypeMeta::Make<float>());
+}
+
 int64_t set_classes_op(int64_t default_class, const std::string& native,
                        const std::string& host_ok) {
   set_classes(default_class, native, host_ok);
@@ -158,6 +172,7 @@ TORCH_LIBRARY(dmlpatch_sim, m) {
   m.def("reset_counters() -> ()", &reset_counters);
   m.def("memory(int device) -> int[]", &memory_op);
   m.def("reset_peak_memory(int device) -> ()", &reset_peak_memory_op);
+  m.def("uncounted_empty(int device) -> Tensor", &uncounted_empty);
   m.def("_notify(Tensor anchor, str name, bool warn, str trace) -> ()");
 }
 
