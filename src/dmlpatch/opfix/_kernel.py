@@ -24,7 +24,8 @@ class Kernel(NamedTuple):
     #: ``quirk``: DirectML's kernel answers wrongly for some arguments (installed where the
     #: profile has :attr:`quirk`); ``dtype``: a dtype DirectML cannot hold would come to exist
     #: (installed where the device lacks one, :mod:`dmlpatch.opfix.dtype_policy`);
-    #: ``autocast``: DirectML's operators ignore the autocast key (installed everywhere).
+    #: ``autocast``: DirectML's operators ignore the autocast key (installed where the profile
+    #: has DirectML's gaps).
     gap: str
     #: The dispatch key it is registered for: ``AutogradPrivateUse1`` for a composition that
     #: autograd differentiates (an operator whose backward DirectML lacks too).

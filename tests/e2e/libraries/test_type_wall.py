@@ -119,7 +119,10 @@ def test_a_bfloat16_causal_lm_loaded_every_way_generates_as_on_the_cpu(tmp_path:
     said = [line for line in err.splitlines() if "bfloat16" in line]
     assert said == [
         "dmlpatch: bfloat16 runs as float32 on DirectML, which has no bfloat16 (exact: every "
-        "bfloat16 value is a float32 one); DMLPATCH_BF16=float16 halves the memory"
+        "bfloat16 value is a float32 one); DMLPATCH_BF16=float16 halves the memory",
+        # the "to" way's bfloat16 autocast region: float32, as its logits above show
+        "dmlpatch: DirectML has no bfloat16 arithmetic: the program's bfloat16 autocast runs in "
+        "float32 (DMLPATCH_BF16=float16 runs it in float16)",
     ]
 
 
