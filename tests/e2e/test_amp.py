@@ -214,3 +214,86 @@ def test_a_scaler_over_cpu_parameters_behaves_as_torch_s(tmp_path: Path, placeme
     for row, want in zip(rows, expected):
         rel = 1e-6 if placement == "cpu" else 2e-3
         assert float(row[0]) == pytest.approx(float(want[0]), rel=rel)
+
+
+CUSTOM_FUNCTIONS = """
+import json
+import torch
+from torch.cuda.amp import custom_bwd, custom_fwd
+
+seen = []
+
+
+class Float32Norm(torch.autograd.Function):  # a sensitive op, kept out of float16
+    @staticmethod
+    @torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, x, weight):
+        seen.append(["norm", str(x.dtype), str(weight.dtype), torch.is_autocast_enabled()])
+        ctx.save_for_backward(x, weight)
+        return x / x.norm(dim=1, keepdim=True) * weight
+
+    @staticmethod
+    @torch.cuda.amp.custom_bwd
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            x, weight = x.detach().requires_grad_(), weight.detach().requires_grad_()
+            out = x / x.norm(dim=1, keepdim=True) * weight
+        return torch.autograd.grad(out, (x, weight), grad)
+
+
+class Project(torch.autograd.Function):  # runs under the caller's autocast, both ways
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        out = x @ weight
+        seen.append(["project", str(x.dtype), str(out.dtype), torch.is_autocast_enabled()])
+        return out
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad @ weight.t()  # float16 against float32: autocast must be on here
+        seen.append(["project backward", str(grad_x.dtype), torch.is_autocast_enabled()])
+        return grad_x, x.t() @ grad
+
+
+def run(device, autocast):
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    w1 = torch.randn(16, 16, device=device, requires_grad=True)
+    w2 = torch.randn(16, device=device, requires_grad=True)
+    with torch.autocast("cuda", enabled=autocast):
+        out = Float32Norm.apply(Project.apply(x, w1), w2)
+    out.float().square().sum().backward()
+    return [t.grad.float().cpu() for t in (x, w1, w2)]
+
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+grads = run(device, True)
+expected = run("cpu", False)
+gap = max(float(((g - e).abs().max() / e.abs().max())) for g, e in zip(grads, expected))
+print(json.dumps({"seen": seen[:3], "gap": gap}))
+"""
+
+
+def test_custom_autograd_functions_cast_as_on_cuda(tmp_path: Path) -> None:
+    """``torch.cuda.amp``'s custom_fwd / custom_bwd, bare, called and imported: a forward with
+    ``cast_inputs=torch.float32`` computes in float32 with autocast off, a bare one under the
+    caller's region, and its backward under the same region (float16 gradients meet float32
+    weights there, which fails without it); gradients follow the CPU's float32 ones."""
+    (tmp_path / "functions.py").write_text(CUSTOM_FUNCTIONS)
+    result = run_python(["-m", "dmlpatch", "--device", "sim", "functions.py"], cwd=tmp_path)
+    assert result.code == 0, result.err
+    found = json.loads(result.out)
+    assert found["seen"] == [
+        ["project", "torch.float32", "torch.float16", True],
+        ["norm", "torch.float32", "torch.float32", False],
+        ["project backward", "torch.float16", True],
+    ]
+    assert found["gap"] < 5e-3
+    plain = run_python(["functions.py"], cwd=tmp_path)  # no CUDA: autocast("cuda") is off
+    assert plain.code == 0, plain.err
+    assert json.loads(plain.out)["seen"][0] == ["project", "torch.float32", "torch.float32", False]

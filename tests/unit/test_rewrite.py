@@ -135,6 +135,24 @@ def test_site_records_position_kind_and_original_text() -> None:
         ("torch.amp.GradScaler('cuda')", [("amp", "torch.amp.GradScaler('cuda')")]),
         ("from torch import cuda\ncuda.amp.GradScaler()", [("amp", "cuda.amp.GradScaler()")]),
         ("from torch.amp import autocast as ac\nac('cuda')", [("amp", "ac('cuda')")]),
+        (
+            "@torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\ndef f(ctx, x): pass",
+            [("amp", "torch.cuda.amp.custom_fwd")],
+        ),
+        (
+            "from torch.cuda.amp import custom_fwd, custom_bwd as bwd\n"
+            "@custom_fwd\ndef f(ctx, x): pass\n@custom_fwd(cast_inputs=t)\ndef g(ctx, x): pass\n"
+            "@bwd\ndef h(ctx, g): pass",
+            [("amp", "custom_fwd"), ("amp", "custom_fwd"), ("amp", "bwd")],
+        ),
+        (
+            "from torch.cuda import amp\n@amp.custom_bwd\ndef f(ctx, g): pass",
+            [("amp", "amp.custom_bwd")],
+        ),
+        (
+            "import torch.cuda.amp as camp\n@staticmethod\n@camp.custom_fwd\ndef f(ctx): pass",
+            [("amp", "camp.custom_fwd")],
+        ),
         ("torch.accelerator.synchronize()", [("accelerator", "torch.accelerator")]),
         (
             "x.cuda()\nstate = torch.load(path)",
@@ -219,6 +237,9 @@ def test_device_sites(snippet: str, expected: list[tuple[str, str]]) -> None:
         "torch.inference_mode = None",
         "torch.cuda.Stream = None",
         "torch.amp.custom_fwd(f)",
+        "from torch import amp\n@amp.custom_fwd\ndef f(ctx): pass",
+        "from torch.amp import custom_fwd\n@custom_fwd\ndef f(ctx): pass",
+        "torch.cuda.amp.custom_fwd = None",
         "torch.cpu.amp.autocast()",
         "x.type()",
         "x.type(torch.float16)",

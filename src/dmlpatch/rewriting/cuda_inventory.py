@@ -106,7 +106,10 @@ HOW: dict[str, str] = {
         ),
         _LEGACY,
     ),
-    "amp": "torch's own; its autocast and GradScaler are sites: on the device, CUDA's lists",
+    "amp": (
+        "torch's own; its autocast, GradScaler, `custom_fwd` and `custom_bwd` are sites: on the "
+        "device, CUDA's lists"
+    ),
     "OutOfMemoryError": "torch's own",
     "CudaError": "torch's own",
     "DeferredCudaCallError": "torch's own",

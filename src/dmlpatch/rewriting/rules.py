@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 #: 11: ``x.pin_memory()``; 13: tests of the device against CUDA's name, devices read from
 #: settings, the environment or the command line, and CUDA-only libraries keep CUDA's meaning;
 #: 14: every device parameter of torch's callables, positional or keyword, whatever value it
-#: holds, and the program's own code).
-GENERATION = 14
+#: holds, and the program's own code; 15: torch.cuda.amp's custom_fwd / custom_bwd).
+GENERATION = 15
 
 #: A site's text holds one of these (``torch.amp.autocast('cuda')`` holds two).
 SITE_WORDS = (

@@ -100,6 +100,60 @@ def grad_scaler(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     )
 
 
+def custom_amp(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.cuda.amp.custom_fwd`` / ``custom_bwd``, or where CUDA means DirectML, torch.amp's
+    decorators for the device.
+
+    CUDA's read and set CUDA's autocast state, which the device's operators do not read: a
+    forward declared with ``cast_inputs=torch.float32`` would get the region's float16 inputs
+    and compute in float16, and a backward would run without the forward's autocast, where
+    float16 gradients meeting float32 weights fail. Inside the device's, CUDA's flags read as
+    the device's, as they do in a region the program wrote for CUDA.
+    """
+    target = _directml_target("cuda")
+    name = getattr(original, "__name__", None)
+    if target is None or name not in ("custom_fwd", "custom_bwd"):
+        return original
+    device_type = target.type
+    import torch
+
+    if name == "custom_bwd":
+
+        def custom_bwd(bwd: Callable[..., Any]) -> Callable[..., Any]:
+            return torch.amp.custom_bwd(_cuda_flags_as(device_type, bwd), device_type=device_type)
+
+        return custom_bwd
+
+    def custom_fwd(fwd: Optional[Callable[..., Any]] = None, *, cast_inputs: Any = None) -> Any:
+        if fwd is None:
+            return functools.partial(custom_fwd, cast_inputs=cast_inputs)
+        return torch.amp.custom_fwd(
+            _cuda_flags_as(device_type, fwd), device_type=device_type, cast_inputs=cast_inputs
+        )
+
+    return custom_fwd
+
+
+def _cuda_flags_as(device_type: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` with CUDA's autocast flags set to the device's while it runs."""
+    import torch
+
+    @functools.wraps(function)
+    def as_on_cuda(*args: Any, **kwargs: Any) -> Any:
+        before = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+        enabled = torch.is_autocast_enabled(device_type)
+        torch.set_autocast_enabled("cuda", enabled)
+        if enabled:
+            torch.set_autocast_dtype("cuda", torch.get_autocast_dtype(device_type))
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.set_autocast_enabled("cuda", before[0])
+            torch.set_autocast_dtype("cuda", before[1])
+
+    return as_on_cuda
+
+
 def say_off() -> None:
     """The line a program's mixed precision gets where DirectML runs it in float32 (once)."""
     _say_float32(_resolution.current())

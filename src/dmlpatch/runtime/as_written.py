@@ -134,6 +134,11 @@ def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
     return on_behalf.call(original, args, kwargs)
 
 
+def custom_amp(original: Any) -> Any:
+    """``torch.cuda.amp.custom_fwd`` / ``custom_bwd``, unchanged."""
+    return original
+
+
 class _TorchCuda:
     """``torch.cuda`` itself, and ``x.type(T)`` unchanged."""
 

@@ -163,6 +163,14 @@ def grad_scaler(original: Any, *args: Any, **kwargs: Any) -> Any:
     return amp.grad_scaler(original, *args, **kwargs)
 
 
+def custom_amp(original: Any) -> Any:
+    """``torch.cuda.amp.custom_fwd`` / ``custom_bwd`` in a target, as a decorator or called:
+    see :mod:`dmlpatch.runtime.amp`."""
+    from dmlpatch.runtime import amp
+
+    return amp.custom_amp(original)
+
+
 def queue(original: Any, *args: Any, **kwargs: Any) -> Any:
     """``torch.Stream(...)`` / ``torch.Event(...)`` in a target (torch >= 2.3's device-agnostic
     queues). DirectML has one queue per adapter and no streams or events of its own

@@ -86,8 +86,10 @@ Site kinds:
   (``dmlpatch.opfix.complex``); anything else is the plain operation.
 - ``amp``: calls of ``torch.autocast``, ``torch.amp.autocast``, ``torch.cuda.amp.autocast``,
   ``torch.amp.GradScaler`` and ``torch.cuda.amp.GradScaler`` (or the same names imported) →
-  ``__dmlpatch__.autocast(<callee>, ...)`` / ``__dmlpatch__.grad_scaler(<callee>, ...)``, which
-  say once that DirectML runs them in float32 (``dmlpatch.runtime.amp``).
+  ``__dmlpatch__.autocast(<callee>, ...)`` / ``__dmlpatch__.grad_scaler(<callee>, ...)``, the
+  device's autocast and GradScaler (``dmlpatch.runtime.amp``); ``torch.cuda.amp.custom_fwd`` /
+  ``custom_bwd`` (or the names imported), bare or called →
+  ``__dmlpatch__.custom_amp(<name>)``, torch.amp's decorators for the device.
 
 Other ``torch.cuda.<name>`` uses (``jiterator``, ``nccl``, the caching allocator...) are not
 sites: they are *unanswered* (``Rewritten.unanswered``), because once a function's sites say CUDA

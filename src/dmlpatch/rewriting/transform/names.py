@@ -18,6 +18,8 @@ TORCH_DEVICE_FUNCTIONS = frozenset({"device"})
 AMP = {"autocast": "autocast", "GradScaler": "grad_scaler"}
 #: Modules whose autocast / GradScaler the ``amp`` sites take.
 AMP_MODULES = frozenset({"torch", "torch.amp", "torch.cuda.amp"})
+#: ``torch.cuda.amp``'s decorators for custom autograd functions, CUDA's by name.
+CUSTOM_AMP = frozenset({"custom_fwd", "custom_bwd"})
 #: ``from torch.cuda.random import get_rng_state``: imported from ``cuda_api`` instead.
 ANSWERED_SUBMODULE = "torch.cuda.random"
 
@@ -49,6 +51,9 @@ class ImportedNames:
         #: Bound names of ``torch.amp`` / ``torch.cuda.amp`` and of their autocast/GradScaler.
         self.amp_modules: set[str] = set()
         self.amp_callees: dict[str, str] = {}
+        #: Bound names of ``torch.cuda.amp`` and of its ``custom_fwd`` / ``custom_bwd``.
+        self.cuda_amp_modules: set[str] = set()
+        self.custom_amp: set[str] = set()
         #: Names bound by ``from torch.cuda import X`` (or ``from torch.cuda.X import ...``)
         #: for an unanswered X, and that X; and names bound by imports of libraries that run
         #: only on CUDA (``import triton``, ``from mamba_ssm import selective_scan_fn``), with
@@ -110,6 +115,8 @@ class ImportedNames:
                         names.torch_modules[alias.asname] = alias.name
                     if alias.name in ("torch.amp", "torch.cuda.amp") and alias.asname:
                         names.amp_modules.add(alias.asname)
+                    if alias.name == "torch.cuda.amp" and alias.asname:
+                        names.cuda_amp_modules.add(alias.asname)
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 if (node.module or "").split(".")[0] in CUDA_ONLY_LIBRARIES:
                     for alias in node.names:
@@ -130,6 +137,10 @@ class ImportedNames:
                         names.inference_mode.add(bound)
                     elif node.module in ("torch", "torch.cuda") and alias.name == "amp":
                         names.amp_modules.add(bound)
+                        if node.module == "torch.cuda":
+                            names.cuda_amp_modules.add(bound)
+                    elif node.module == "torch.cuda.amp" and alias.name in CUSTOM_AMP:
+                        names.custom_amp.add(bound)
                     elif node.module in AMP_MODULES and alias.name in AMP:
                         names.amp_callees[bound] = AMP[alias.name]
                     elif node.module == "torch.cuda" and alias.name in CUDA_FUNCTIONS:

@@ -21,6 +21,9 @@ class Transformer(
             return node
         if self.amp_call(node):
             return node
+        if isinstance(node.func, ast.Name) and self.is_custom_amp(node.func):
+            node.func = self.custom_amp(node.func)
+            return node
         self.note_type_call(node)
         self.device_module_lookup(node)
         if self.load_call(node) or self.cuda_function_call(node) or self.queue_call(node):
@@ -36,6 +39,8 @@ class Transformer(
     def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
         if self.is_torch_inference_mode(node):
             return self.inference_mode(node)
+        if self.is_custom_amp(node):
+            return self.custom_amp(node)
         tested = self.is_cuda_attribute(node)
         if tested is not None:
             return tested
