@@ -74,3 +74,54 @@ def test_where_the_cpu_has_float16_its_own_kernel_runs(dev: torch.device) -> Non
     got = torch.histc(x.to(dev), 7, -10, 10)
     assert got.dtype == torch.float16 and torch.equal(got.cpu(), expected)
     assert sim.counters()["ops"]["fallback"] == {"aten::histc": 1}
+
+
+def _padded_on_cpu(
+    pad: torch.nn.Module, x: torch.Tensor, weights: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CPU's float16 result and gradient, or where its kernels have no float16 (torch 2.4),
+    float32's from the same float16 values, rounded once."""
+    try:
+        leaf = x.clone().requires_grad_()
+        out = pad(leaf)
+        (out * weights).sum().backward()
+        assert leaf.grad is not None
+        return out.detach(), leaf.grad
+    except (NotImplementedError, RuntimeError) as error:
+        assert "not implemented for 'Half'" in str(error)
+    leaf = x.float().requires_grad_()
+    out = pad(leaf)
+    (out * weights.float()).sum().backward()
+    assert leaf.grad is not None
+    return out.detach().half(), leaf.grad.half()
+
+
+@pytest.mark.parametrize(
+    ("module", "dims"),
+    [
+        (torch.nn.ReplicationPad1d, 1),
+        (torch.nn.ReplicationPad2d, 2),
+        (torch.nn.ReplicationPad3d, 3),
+        (torch.nn.ReflectionPad1d, 1),
+        (torch.nn.ReflectionPad2d, 2),
+    ],
+)
+def test_float16_padding_trains_as_on_the_cpu(
+    dev: torch.device, module: Callable[[int], torch.nn.Module], dims: int
+) -> None:
+    """Padding a float16 activation (a generator's ReflectionPad2d under autocast): torch
+    2.4's CPU has no float16 kernel for it, so where DirectML falls back (replication's
+    backward, 3d) a float16 program stopped there; the simulated device's own kernels (1d and
+    2d forward) likewise. The results are the CPU's float16 ones where it has them (torch
+    2.14), float32's rounded once where not."""
+    torch.manual_seed(0)
+    pad = module(2)
+    x = torch.randn(2, 3, *([6] * dims)).half()
+    weights = torch.randn(pad(x.float()).shape).half()
+    expected, expected_grad = _padded_on_cpu(pad, x, weights)
+    leaf = x.to(dev).requires_grad_()
+    out = pad(leaf)
+    (out * weights.to(dev)).sum().backward()
+    assert out.dtype == torch.float16 and torch.equal(out.detach().cpu(), expected)
+    assert leaf.grad is not None and leaf.grad.dtype == torch.float16
+    assert torch.equal(leaf.grad.cpu(), expected_grad)

@@ -43,6 +43,18 @@ OPERATORS = (
     "rrelu_with_noise",
     "_ctc_loss",
     "_ctc_loss_backward",
+    # torch 2.4's CPU has none for padding (2.14's has); DirectML computes 1d and 2d forward
+    # and reflection's backward itself, so replication's backward and 3d forward are taken.
+    "replication_pad1d",
+    "replication_pad2d",
+    "replication_pad3d",
+    "replication_pad1d_backward",
+    "replication_pad2d_backward",
+    "replication_pad3d_backward",
+    "reflection_pad1d",
+    "reflection_pad2d",
+    "reflection_pad1d_backward",
+    "reflection_pad2d_backward",
 )
 
 

@@ -490,6 +490,41 @@ void narrow_results(const Widened& widened, torch::jit::Stack* stack, size_t nre
   }
 }
 
+bool holds_half(const torch::jit::Stack& stack, size_t base) {
+  for (size_t i = base; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() == at::kHalf) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// torch's CPU has no float16 kernel for some operators DirectML computes in float16 (torch
+// 2.4's replication and reflection padding): the simulator computes those in float32 and
+// rounds once, as it does its matrix products, where a DirectML program would not stop. Tried
+// first as they are, so a torch release whose CPU has the kernel runs its own.
+void redispatch_widening_refused_half(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                                      size_t base, Widened* widened) {
+  const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
+  const c10::SmallVector<c10::IValue, 8> given(stack->begin() + static_cast<std::ptrdiff_t>(base),
+                                               stack->end());
+  try {
+    op.redispatchBoxed(cpu, stack);
+    return;
+  } catch (const c10::Error& error) {
+    if (std::string(error.what_without_backtrace()).find("not implemented for 'Half'") ==
+        std::string::npos) {
+      throw;
+    }
+    stack->resize(base);
+    stack->insert(stack->end(), given.begin(), given.end());
+    *widened = widen_half_arguments(op.schema(), stack, base);
+    if (!widened->any) throw;
+  }
+  op.redispatchBoxed(cpu, stack);
+}
+
 }  // namespace
 
 void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -555,7 +590,11 @@ void sim_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     widened = widen_half_arguments(op.schema(), stack, base);
   }
   const auto started = std::chrono::steady_clock::now();
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  if (native && !widened.any && holds_half(*stack, base)) {
+    redispatch_widening_refused_half(op, stack, base, &widened);
+  } else {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
   if (widened.any) narrow_results(widened, stack, op.schema().returns().size());
   if (!native) {
     // DirectML's fallback runs this same CPU kernel on the same host: its time is real.
