@@ -39,6 +39,10 @@ class Kernel(NamedTuple):
     #: The operator library: ``aten``, or a library's own (``torchvision``), whose kernels are
     #: registered only where that library is installed.
     namespace: str = "aten"
+    #: A structured functional form's ``out=`` overload (``reflection_pad1d.out``), which
+    #: torch runs it through where the backend has no kernel for it: where DirectML runs that
+    #: natively, so it does this one, and a ``fallback`` kernel is not installed.
+    delegate: str = ""
 
     @property
     def op(self) -> str:

@@ -88,7 +88,11 @@ def needed(kernel: Kernel, gaps: Gaps) -> bool:
         return kernel.op in gaps.refused
     if kernel.gap == "quirk":
         return kernel.quirk in gaps.quirks
-    return "*" not in gaps.native and kernel.name not in gaps.native
+    return (
+        "*" not in gaps.native
+        and kernel.name not in gaps.native
+        and (not kernel.delegate or kernel.delegate not in gaps.native)
+    )
 
 
 def install(backend: str, profile_or_version: Optional[str]) -> Installed:

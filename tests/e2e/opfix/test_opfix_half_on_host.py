@@ -125,3 +125,54 @@ def test_float16_padding_trains_as_on_the_cpu(
     assert out.dtype == torch.float16 and torch.equal(out.detach().cpu(), expected)
     assert leaf.grad is not None and leaf.grad.dtype == torch.float16
     assert torch.equal(leaf.grad.cpu(), expected_grad)
+
+
+def test_padding_directml_serves_stays_its_own(dev: torch.device) -> None:
+    """DirectML registers reflection_pad1d.out and replication_pad1d/2d.out, which serve their
+    functional forms: no fallback is installed over them, whatever the dtype."""
+    for dtype in (torch.float32, torch.float16):
+        x = torch.randn(2, 3, 6, 6, dtype=dtype)
+        sim.reset_counters()
+        for pad in (torch.nn.ReflectionPad1d(2), torch.nn.ReplicationPad1d(2)):
+            assert torch.equal(pad(x[0].to(dev)).cpu(), pad(x[0].float()).to(dtype))
+        padded = torch.nn.ReplicationPad2d(2)(x.to(dev))
+        assert torch.equal(padded.cpu(), torch.nn.ReplicationPad2d(2)(x.float()).to(dtype))
+        assert sim.counters()["ops"]["fallback"] == {}
+
+
+def test_float16_distances_train_as_in_float32(dev: torch.device) -> None:
+    """cdist's backward and pdist have no float16 CPU kernel (torch 2.4 to 2.14); CUDA's have:
+    through the fallback they compute in float32. The forward is float32's rounded once; the
+    gradient follows float32's within float16's rounding of the distances it is given."""
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 5, 3).half(), torch.randn(2, 4, 3).half()
+    wide = a.float().requires_grad_(), b.float().requires_grad_()
+    (torch.cdist(*wide).sum() + F.pdist(wide[0][0]).sum()).backward()
+    leaves = a.to(dev).requires_grad_(), b.to(dev).requires_grad_()
+    distances, pairs = torch.cdist(*leaves), F.pdist(leaves[0][0])
+    (distances.sum() + pairs.sum()).backward()
+    assert distances.dtype == pairs.dtype == torch.float16
+    assert torch.equal(distances.detach().cpu(), torch.cdist(*wide).detach().half())
+    assert torch.equal(pairs.detach().cpu(), F.pdist(wide[0][0]).detach().half())
+    for leaf, expected in zip(leaves, wide):
+        assert leaf.grad is not None and leaf.grad.dtype == torch.float16
+        torch.testing.assert_close(leaf.grad.cpu().float(), expected.grad, rtol=2e-3, atol=2e-3)
+
+
+def test_float16_grid_sampling_through_the_cpu_runs_where_the_cpu_has_no_float16(
+    dev: torch.device,
+) -> None:
+    """Bicubic sampling goes through the CPU (vision.sampling): torch 2.4's CPU has no float16
+    grid sampler, so there it computes in float32; 2.14's runs its own."""
+    torch.manual_seed(0)
+    image, grid = torch.randn(1, 2, 6, 6).half(), (torch.rand(1, 4, 4, 2) * 2 - 1).half()
+    try:
+        expected = F.grid_sample(image, grid, mode="bicubic", align_corners=False)
+    except RuntimeError:  # no float16 kernel on this torch's CPU
+        expected = F.grid_sample(image.float(), grid.float(), mode="bicubic", align_corners=False)
+        expected = expected.half()
+    leaf = image.to(dev).requires_grad_()
+    out = F.grid_sample(leaf, grid.to(dev), mode="bicubic", align_corners=False)
+    out.float().sum().backward()
+    assert out.dtype == torch.float16 and torch.equal(out.detach().cpu(), expected)
+    assert leaf.grad is not None and leaf.grad.dtype == torch.float16

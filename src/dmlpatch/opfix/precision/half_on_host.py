@@ -22,8 +22,9 @@ from dmlpatch.opfix._kernel import Kernel
 from dmlpatch.opfix.cpu_ops import cpu_kernel
 
 #: Operators CUDA runs in float16 whose CPU kernels (torch 2.4 to 2.14) do not: found by
-#: running PyTorch's OpInfo samples in float16 on the CPU (``benchmarks/`` and the tests name
-#: them); all overloads of each. The antialiased resizes were here until
+#: running PyTorch's OpInfo samples in float16 on the CPU of each torch (``benchmarks/`` and
+#: the tests name them); all overloads of each, less the functional forms of ``out=``
+#: kernels DirectML has. The antialiased resizes were here until
 #: :mod:`dmlpatch.opfix.vision.resizing` composed them on the device.
 OPERATORS = (
     "grid_sampler_2d",
@@ -43,6 +44,9 @@ OPERATORS = (
     "rrelu_with_noise",
     "_ctc_loss",
     "_ctc_loss_backward",
+    "_cdist_backward",
+    "_pdist_forward",
+    "_pdist_backward",
     # torch 2.4's CPU has none for padding (2.14's has); DirectML computes 1d and 2d forward
     # and reflection's backward itself, so replication's backward and 3d forward are taken.
     "replication_pad1d",
@@ -58,7 +62,8 @@ OPERATORS = (
 )
 
 
-def _overloads() -> list[torch._ops.OpOverload]:
+def _overloads() -> list[tuple[torch._ops.OpOverload, str]]:
+    """Each overload that reaches the device, with its ``out=`` delegate where it has one."""
     found = []
     for name in OPERATORS:
         packet = getattr(torch.ops.aten, name, None)
@@ -71,8 +76,19 @@ def _overloads() -> list[torch._ops.OpOverload]:
                 qualified, "CompositeImplicitAutograd"
             ):
                 continue  # composed of other operators: never reaches the device
-            found.append(op)
+            found.append((op, _delegate(name, packet.overloads(), qualified)))
     return found
+
+
+def _delegate(name: str, overloads: list[str], qualified: str) -> str:
+    """A structured functional form's ``out=`` overload (its non-functional composite calls
+    it): DirectML registers ``reflection_pad1d.out`` and so serves ``reflection_pad1d``."""
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(
+        qualified, "CompositeExplicitAutogradNonFunctional"
+    ):
+        return ""
+    written = [overload for overload in ("out", "grad_input") if overload in overloads]
+    return f"{name}.{written[0]}" if written else ""
 
 
 #: Why no call is cheaper through DirectML's fallback (the registry's ``NO_CHOICE``).
@@ -89,6 +105,7 @@ KERNELS = tuple(
         op.name().split("::", 1)[1],
         cpu_kernel(op, upcast_half=True),
         "fallback",
+        delegate=delegate,
     )
-    for op in _overloads()
+    for op, delegate in _overloads()
 )

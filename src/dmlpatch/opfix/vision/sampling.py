@@ -155,9 +155,17 @@ def _grid_sampler_2d(
     copies = 3
     nbytes = (input.numel() + grid.numel()) * input.element_size()
     record("fallback", "aten::grid_sampler_2d", copies, nbytes)
-    out = torch.grid_sampler_2d(
-        input.cpu(), grid.cpu(), interpolation_mode, padding_mode, align_corners
-    )
+    host = (input.cpu(), grid.cpu())
+    try:
+        out = torch.grid_sampler_2d(*host, interpolation_mode, padding_mode, align_corners)
+    except RuntimeError as error:
+        # torch 2.4's CPU has no float16 grid sampler (2.14's has): float32 there, rounded
+        # once, as float16 fallbacks go (precision.half_on_host).
+        if input.dtype is not torch.float16 or "not implemented for" not in str(error):
+            raise
+        wide = (host[0].float(), host[1].float())
+        out = torch.grid_sampler_2d(*wide, interpolation_mode, padding_mode, align_corners)
+        out = out.half()
     return out.to(input.device)
 
 
