@@ -17,8 +17,12 @@ ended about one simulated-device run in five.
 At exit, before finalization, an empty backward pass goes through each adapter's thread. The
 thread reaches it only after finishing the iteration that held the program's task, and finishes
 that while the GIL can still be taken (the engine releases it while it waits). The pass calls
-the engine directly, not through ``torch.autograd.backward``, so its own task holds no Python
-object and its destruction needs no GIL. Its tensors are made without dispatching an operator
+the engine directly, not through ``torch.autograd.backward``, so its task's thread-local state
+holds no Python object. Its graph does (its node is a Python function, its tensors are
+Python's), and the adapter's thread lets go of the pass just after this thread has returned,
+as it did of the program's: so the pass's objects are kept for the rest of the process, and
+that thread never drops the last reference to one (which aborted about one DDP run in a
+hundred under load). Its tensors are made without dispatching an operator
 (``dmlpatch_sim::uncounted_empty``) and its node computes nothing, so the counters, costs and
 memory figures that a run report written later in the exit reads are as the program left them.
 """
@@ -26,6 +30,7 @@ memory figures that a run report written later in the exit reads are as the prog
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import sys
 from typing import Any
@@ -36,6 +41,8 @@ from dmlpatch.environment_variables import DMLPATCH_DEBUG
 from dmlpatch.sim import _state
 
 _installed = False
+#: The exit passes' Python objects, never freed (see the module's docstring).
+_kept: list[Any] = []
 
 
 class _NoGradient(torch.autograd.Function):
@@ -79,9 +86,17 @@ def _pass_through(engine: Any, index: int) -> None:
     leaf = torch.empty(0, requires_grad=True)
     out = _NoGradient.apply(leaf, index)
     grad = torch.ops.dmlpatch_sim.uncounted_empty(index)
+    _keep(leaf, out, grad)
     engine.run_backward(
         (out,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True
     )
+
+
+def _keep(*objects: Any) -> None:
+    if not _kept:
+        # A reference finalization does not know of: module globals are cleared there.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_kept))
+    _kept.extend(objects)
 
 
 def _forget_stashed_context() -> None:

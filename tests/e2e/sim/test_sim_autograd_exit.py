@@ -135,3 +135,35 @@ def test_the_exit_pass_reaches_every_adapter_thread() -> None:
         ["pt_autograd_0", "privateuseone:0"],
         ["pt_autograd_1", "privateuseone:1"],
     ]
+
+
+def test_the_exit_pass_never_leaves_an_adapter_thread_the_last_reference() -> None:
+    """An adapter's thread lets go of the exit pass just after the exiting thread has returned
+    from it: had the pass's Python objects (its node's context, its tensors) no other owner,
+    that thread would free them during finalization, taking the GIL, and abort the run. They
+    outlive the pass."""
+    alive = run_json(
+        """
+        import gc, json, weakref, torch
+        import dmlpatch.sim as sim
+        from dmlpatch.sim import autograd_exit
+
+        sim.load()
+        for index in range(sim.device_count()):
+            w = torch.ones(2, device=sim.device(index), requires_grad=True)
+            (w * 2).sum().backward()
+        contexts = []
+        backward = autograd_exit._NoGradient.backward
+
+        def noted(ctx, grad):
+            contexts.append(weakref.ref(ctx))
+            return backward(ctx, grad)
+
+        autograd_exit._NoGradient.backward = staticmethod(noted)
+        autograd_exit.drain()
+        gc.collect()
+        print(json.dumps([context() is not None for context in contexts]))
+        """,
+        DMLPATCH_SIM_DEVICES="2",
+    )
+    assert alive == [True, True]
