@@ -21,8 +21,8 @@ the engine directly, not through ``torch.autograd.backward``, so its task's thre
 holds no Python object. Its graph does (its node is a Python function, its tensors are
 Python's), and the adapter's thread lets go of the pass just after this thread has returned,
 as it did of the program's: so the pass's objects are kept for the rest of the process, and
-that thread never drops the last reference to one (which aborted about one DDP run in a
-hundred under load). Its tensors are made without dispatching an operator
+that thread never drops the last reference to one, which would take the GIL during
+finalization and abort the run as above. Its tensors are made without dispatching an operator
 (``dmlpatch_sim::uncounted_empty``) and its node computes nothing, so the counters, costs and
 memory figures that a run report written later in the exit reads are as the program left them.
 """
