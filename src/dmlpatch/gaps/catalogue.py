@@ -965,9 +965,10 @@ FAILURES: tuple[Failure, ...] = (
     Failure(
         key="half-cpu-fallback",
         what="float16 arguments to an operator DirectML runs on the CPU whose CPU kernel has no "
-        "float16 (antialiased resizes, grid_sample on torch 2.4, max_unpool, trace): float16 "
-        "programs that run on CUDA (the antialiased resizes are now composed on the device: "
-        "entry antialiased-resize)",
+        "float16 (antialiased resizes, grid_sample, replication padding's backward and 3d "
+        "padding on torch 2.4, cdist's backward, pdist, max_unpool, trace): float16 programs "
+        "and autocast regions that run on CUDA (the antialiased resizes are now composed on "
+        "the device: entry antialiased-resize)",
         text="NotImplementedError: \"compute_index_ranges_weights\" not implemented for 'Half'",
         sources="PyTorch's CPU kernels (OpInfo samples in float16, torch 2.4.1 and 2.14); a peer "
         "image library's float16 test run",
@@ -975,6 +976,9 @@ FAILURES: tuple[Failure, ...] = (
             "aten::max_unpool2d",
             "aten::trace",
             "aten::adaptive_max_pool3d",
+            "aten::replication_pad2d_backward",
+            "aten::_cdist_backward",
+            "aten::_pdist_forward",
         ),
         simulated="op list",
         simulation="",
