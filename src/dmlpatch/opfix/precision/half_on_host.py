@@ -103,7 +103,8 @@ YIELDS_TO = ("vision.sampling",)
 KERNELS = tuple(
     Kernel(
         op.name().split("::", 1)[1],
-        cpu_kernel(op, upcast_half=True),
+        # A functional form is counted under its out= kernel, as DirectML's fallback names it.
+        cpu_kernel(op, upcast_half=True, reported=f"aten::{delegate}" if delegate else None),
         "fallback",
         delegate=delegate,
     )
