@@ -54,6 +54,10 @@ def test_float16_is_finite_where_the_cpu_s_is(
     got = CASES[name](x.to(dev)).cpu().float()
     finite = torch.isfinite(expected)  # all but log_softmax's largest differences
     assert torch.equal(torch.isfinite(got), finite), f"{int((~torch.isfinite(got)).sum())} not"
+    if not finite.any():
+        # torch 2.4's CPU attention gives no finite value from a deviation of 300 on (its
+        # float16 scores overflow); the device gives none either, as asserted above.
+        return
     # Within a rounding or two of float16 at the results' scale.
     scale = expected[finite].abs().max().clamp_min(1e-3)
     assert (got[finite] - expected[finite]).abs().max() <= 2e-3 * scale
