@@ -976,7 +976,6 @@ FAILURES: tuple[Failure, ...] = (
             "aten::max_unpool2d",
             "aten::trace",
             "aten::adaptive_max_pool3d",
-            "aten::replication_pad2d_backward",
             "aten::_cdist_backward",
             "aten::_pdist_forward",
         ),
